@@ -1,0 +1,1 @@
+//! bertflow-analysis (work in progress)

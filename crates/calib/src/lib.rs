@@ -1,0 +1,1 @@
+//! bertflow-calib (work in progress)

@@ -1,0 +1,1 @@
+//! bertflow-eval (work in progress)

@@ -1,0 +1,1 @@
+//! bertflow-server (work in progress)
