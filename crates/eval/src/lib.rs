@@ -1,1 +1,6 @@
-//! bertflow-eval (work in progress)
+//! bertflow-eval: the STS evaluation benchmarks for sentence embeddings.
+
+pub mod metrics;
+mod task;
+
+pub use task::{FitCorpus, ParseFitCorpusError, ParseTaskError, Task};
