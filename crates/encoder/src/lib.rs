@@ -1,1 +1,24 @@
-//! bertflow-encoder
+//! bertflow-encoder: load a BERT checkpoint in Hugging Face layout and turn
+//! sentences into vectors with an unambiguous pooling.
+//!
+//! - [`files`]: find config, weights and tokenizer (directory, sentence-transformers
+//!   layout, or a hub id in the local Hugging Face cache).
+//! - [`bert`]: the forward pass, returning every hidden state (0 = embeddings).
+//! - [`pooling`]: the poolings and the hidden states each one reads.
+//! - [`encoder`]: batching sorted by length on worker threads, order restored.
+//! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
+pub mod bert;
+pub mod cache;
+pub mod config;
+pub mod encoder;
+pub mod error;
+pub mod files;
+pub mod pooling;
+pub mod tokenize;
+mod weights;
+
+pub use cache::{CachedEntry, EmbeddingCache};
+pub use encoder::{EncodeOptions, Encoded, Encoder};
+pub use error::{EncoderError, Result};
+pub use files::ModelFiles;
+pub use pooling::{PoolSource, Pooling, POOLINGS};

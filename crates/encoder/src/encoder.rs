@@ -1,0 +1,329 @@
+//! Batched encoding: tokenise, sort by length, run batches on worker threads,
+//! pool, restore the input order.
+use crate::bert::BertModel;
+use crate::config::BertConfig;
+use crate::error::{io_err, EncoderError, Result};
+use crate::files::{ModelFiles, TokenizerFile, WeightsFile};
+use crate::pooling::{PoolSource, Pooling};
+use crate::tokenize::TextTokenizer;
+use crate::weights::Weights;
+use candle_core::{Device, IndexOp, Tensor};
+use ndarray::Array2;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// How to run the encoder.
+#[derive(Debug, Clone)]
+pub struct EncodeOptions {
+    /// Sentences per forward pass (after sorting by length).
+    pub batch_size: usize,
+    /// Worker threads, each running whole batches. For best throughput give each
+    /// worker one intra-op thread (the CLI sets `RAYON_NUM_THREADS=1`).
+    pub threads: usize,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        Self {
+            batch_size: 32,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+        }
+    }
+}
+
+/// Result of encoding: one matrix per requested pooling, rows in input order.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub embeddings: Vec<Array2<f32>>,
+    /// Tokens per sentence after truncation, special tokens included.
+    pub tokens: Vec<usize>,
+    /// Sentences longer than `max_len` tokens (they were truncated).
+    pub truncated: usize,
+}
+
+/// A loaded BERT model with its tokenizer.
+pub struct Encoder {
+    files: ModelFiles,
+    tokenizer: TextTokenizer,
+    model: BertModel,
+    max_len: usize,
+    fingerprint: String,
+}
+
+impl Encoder {
+    /// Load `spec` (a directory or a hub id in the local cache). `max_len` defaults to
+    /// the model's position limit (512 for BERT).
+    pub fn load(spec: &str, max_len: Option<usize>) -> Result<Self> {
+        let files = ModelFiles::resolve(spec)?;
+        let text = std::fs::read_to_string(&files.config).map_err(io_err(&files.config))?;
+        let config: BertConfig =
+            serde_json::from_str(&text).map_err(|e| EncoderError::BadFile {
+                path: files.config.clone(),
+                msg: e.to_string(),
+            })?;
+        config.validate().map_err(EncoderError::Unsupported)?;
+        let limit = config.max_position_embeddings;
+        let max_len = max_len.unwrap_or(limit);
+        if max_len < 2 || max_len > limit {
+            return Err(EncoderError::BadMaxLen(max_len, limit));
+        }
+        let tokenizer = TextTokenizer::load(&files.tokenizer)?;
+        let device = Device::Cpu;
+        let weights = Weights::load(&files.weights, &device)?;
+        let model = BertModel::load(&weights, config, &device)?;
+        let fingerprint = fingerprint(&files)?;
+        Ok(Self {
+            files,
+            tokenizer,
+            model,
+            max_len,
+            fingerprint,
+        })
+    }
+
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+    pub fn model_id(&self) -> &str {
+        &self.files.id
+    }
+    pub fn config(&self) -> &BertConfig {
+        &self.model.config
+    }
+    pub fn model(&self) -> &BertModel {
+        &self.model
+    }
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+    pub fn dim(&self) -> usize {
+        self.model.config.hidden_size
+    }
+    pub fn num_layers(&self) -> usize {
+        self.model.num_layers()
+    }
+    /// A short hash of the model's files: equal fingerprints give equal vectors.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// What `pooling` reads from this model; errors for out-of-range layers and for
+    /// `pooler` on a checkpoint without pooler weights.
+    pub fn source(&self, pooling: &Pooling) -> Result<PoolSource> {
+        let src = pooling.source(self.num_layers())?;
+        if matches!(src, PoolSource::Pooler(_)) && !self.model.has_pooler() {
+            return Err(EncoderError::NoPooler);
+        }
+        Ok(src)
+    }
+
+    /// Token ids with special tokens, truncated at `max_len`; the flag says whether
+    /// the sentence was cut.
+    pub fn tokenize(&self, text: &str) -> Result<(Vec<u32>, bool)> {
+        let mut ids = self.tokenizer.encode(text)?;
+        let cut = self.tokenizer.truncate(&mut ids, self.max_len);
+        Ok((ids, cut))
+    }
+
+    /// Encode `texts` with every pooling in `sources` in one pass over the model.
+    /// `progress` is called with the number of sentences finished so far.
+    pub fn encode<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Encoded> {
+        let dim = self.dim();
+        let n = texts.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut truncated = 0;
+        for t in texts {
+            let (v, cut) = self.tokenize(t.as_ref())?;
+            truncated += cut as usize;
+            ids.push(v);
+        }
+        let tokens: Vec<usize> = ids.iter().map(|v| v.len()).collect();
+        // Longest first: the slowest batches start early, which balances the workers,
+        // and sorting keeps padding small.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(tokens[i]));
+        let bs = opts.batch_size.max(1);
+        let batches: Vec<&[usize]> = order.chunks(bs).collect();
+        let upto = sources.iter().map(|s| s.max_layer()).max().unwrap_or(0);
+        let outputs: Vec<Mutex<Vec<f32>>> = sources
+            .iter()
+            .map(|_| Mutex::new(vec![0f32; n * dim]))
+            .collect();
+        let next = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        let first_error: Mutex<Option<EncoderError>> = Mutex::new(None);
+        let worker = || loop {
+            let b = next.fetch_add(1, Ordering::Relaxed);
+            if b >= batches.len() || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
+                return;
+            }
+            let batch = batches[b];
+            match self.run_batch(batch, &ids, sources, upto) {
+                Ok(pooled) => {
+                    for (out, rows) in outputs.iter().zip(pooled) {
+                        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                        for (k, &i) in batch.iter().enumerate() {
+                            out[i * dim..(i + 1) * dim]
+                                .copy_from_slice(&rows[k * dim..(k + 1) * dim]);
+                        }
+                    }
+                    progress(done.fetch_add(batch.len(), Ordering::Relaxed) + batch.len());
+                }
+                Err(e) => {
+                    let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
+                    slot.get_or_insert(e);
+                    return;
+                }
+            }
+        };
+        let threads = opts.threads.clamp(1, batches.len().max(1));
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(worker);
+            }
+            worker();
+        });
+        if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(e);
+        }
+        let embeddings = outputs
+            .into_iter()
+            .map(|m| {
+                let v = m.into_inner().unwrap_or_else(|e| e.into_inner());
+                Array2::from_shape_vec((n, dim), v).expect("n * dim elements")
+            })
+            .collect();
+        Ok(Encoded {
+            embeddings,
+            tokens,
+            truncated,
+        })
+    }
+
+    /// One padded forward pass; returns, per source, the pooled rows [batch, dim].
+    fn run_batch(
+        &self,
+        batch: &[usize],
+        ids: &[Vec<u32>],
+        sources: &[PoolSource],
+        upto: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        let lens: Vec<usize> = batch.iter().map(|&i| ids[i].len()).collect();
+        let t = lens.iter().copied().max().unwrap_or(0);
+        let pad = self.model.config.pad_token_id as u32;
+        let mut flat = vec![pad; batch.len() * t];
+        for (row, &i) in batch.iter().enumerate() {
+            flat[row * t..row * t + ids[i].len()].copy_from_slice(&ids[i]);
+        }
+        let states = self.model.forward(&flat, &lens, t, upto)?;
+        let h = self.dim();
+        // Copy each hidden state that a mean pooling needs to the host once.
+        let mut host: Vec<Option<Vec<f32>>> = vec![None; states.len()];
+        for src in sources {
+            if let PoolSource::Mean(layers) = src {
+                for &l in layers {
+                    if host[l].is_none() {
+                        host[l] = Some(states[l].flatten_all()?.to_vec1::<f32>()?);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(sources.len());
+        for src in sources {
+            let rows = match src {
+                PoolSource::Cls(l) => states[*l]
+                    .i((.., 0))?
+                    .contiguous()?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+                PoolSource::Pooler(l) => {
+                    let cls = states[*l].i((.., 0))?.contiguous()?;
+                    let pooled: Tensor = self.model.pool(&cls)?.ok_or(EncoderError::NoPooler)?;
+                    pooled.flatten_all()?.to_vec1::<f32>()?
+                }
+                PoolSource::Mean(layers) => {
+                    let hs: Vec<&[f32]> =
+                        layers.iter().filter_map(|&l| host[l].as_deref()).collect();
+                    masked_mean(&hs, &lens, t, h)
+                }
+            };
+            out.push(rows);
+        }
+        Ok(out)
+    }
+}
+
+/// Mean over the first `lens[b]` tokens of the element-wise mean of `layers`
+/// (each [b, t, h], row-major).
+fn masked_mean(layers: &[&[f32]], lens: &[usize], t: usize, h: usize) -> Vec<f32> {
+    let mut out = vec![0f32; lens.len() * h];
+    let nl = layers.len() as f32;
+    let mut avg = vec![0f32; h];
+    for (b, &len) in lens.iter().enumerate() {
+        let acc = &mut out[b * h..(b + 1) * h];
+        for tok in 0..len {
+            let base = (b * t + tok) * h;
+            avg.copy_from_slice(&layers[0][base..base + h]);
+            for l in &layers[1..] {
+                for (a, x) in avg.iter_mut().zip(&l[base..base + h]) {
+                    *a += x;
+                }
+            }
+            for (o, a) in acc.iter_mut().zip(&avg) {
+                *o += a / nl;
+            }
+        }
+        let inv = 1.0 / len.max(1) as f32;
+        acc.iter_mut().for_each(|o| *o *= inv);
+    }
+    out
+}
+
+/// Hash of config, tokenizer and (size, head and tail of) the weights file.
+fn fingerprint(files: &ModelFiles) -> Result<String> {
+    let mut h = Sha256::new();
+    let mut add_file = |path: &std::path::Path| -> Result<()> {
+        h.update(std::fs::read(path).map_err(io_err(path))?);
+        Ok(())
+    };
+    add_file(&files.config)?;
+    match &files.tokenizer {
+        TokenizerFile::Json(p) => add_file(p)?,
+        TokenizerFile::Vocab { vocab, lowercase } => {
+            add_file(vocab)?;
+            h.update([*lowercase as u8]);
+        }
+    }
+    let w = match &files.weights {
+        WeightsFile::Safetensors(p) | WeightsFile::Pytorch(p) => p,
+    };
+    let mut f = std::fs::File::open(w).map_err(io_err(w))?;
+    let len = f.metadata().map_err(io_err(w))?.len();
+    h.update(len.to_le_bytes());
+    const CHUNK: u64 = 1 << 20;
+    let mut buf = vec![0u8; CHUNK.min(len) as usize];
+    f.read_exact(&mut buf).map_err(io_err(w))?;
+    h.update(&buf);
+    f.seek(SeekFrom::Start(len.saturating_sub(CHUNK)))
+        .map_err(io_err(w))?;
+    f.read_exact(&mut buf).map_err(io_err(w))?;
+    h.update(&buf);
+    Ok(h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}

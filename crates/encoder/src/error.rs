@@ -1,0 +1,44 @@
+use std::path::PathBuf;
+
+/// Everything that can go wrong while loading a model or encoding text.
+#[derive(Debug, thiserror::Error)]
+pub enum EncoderError {
+    #[error("model not found: {what}. {hint}")]
+    ModelNotFound { what: String, hint: String },
+    #[error("model directory {dir} is incomplete: {missing}")]
+    IncompleteModel { dir: PathBuf, missing: String },
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid {path}: {msg}")]
+    BadFile { path: PathBuf, msg: String },
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    #[error("weights: {0}")]
+    Weights(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error(
+        "unknown pooling '{0}'; valid: cls, pooler, last-avg, first-last-avg, emb-last-avg, \
+         last2-avg, emb-avg, layers:i,j,... (see `bertflow poolings`)"
+    )]
+    UnknownPooling(String),
+    #[error("layer {layer} is out of range: this model has hidden states 0..={max} (0 = embedding output, {max} = last transformer layer)")]
+    LayerOutOfRange { layer: usize, max: usize },
+    #[error("pooling 'pooler' needs the checkpoint's pooler weights (pooler.dense.*), which this model does not have")]
+    NoPooler,
+    #[error("max length {0} must be between 2 and the model's position limit {1}")]
+    BadMaxLen(usize, usize),
+    #[error("tensor computation failed: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T, E = EncoderError> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> EncoderError {
+    let path = path.into();
+    move |source| EncoderError::Io { path, source }
+}

@@ -1,0 +1,220 @@
+//! Sentence poolings, named so that nobody can confuse them.
+//!
+//! Hidden-state indices: 0 is the embedding output, 1..=N the transformer layers
+//! (N = `num_hidden_layers`; 12 for bert-base, 6 for all-MiniLM-L6-v2). Every
+//! average is a masked mean over the real tokens of the sentence, `[CLS]` and
+//! `[SEP]` included (as sentence-transformers' mean pooling), of the element-wise
+//! mean of the listed hidden states.
+//!
+//! | name             | hidden states | also known as |
+//! |------------------|---------------|---------------|
+//! | `cls`            | [CLS] of N    | |
+//! | `pooler`         | tanh(W [CLS] of N + b), the checkpoint's pooler | BERT "pooled output" |
+//! | `last-avg`       | N             | "mean pooling" |
+//! | `first-last-avg` | 1 and N       | what the original BERT-flow code calls `last2avg` |
+//! | `emb-last-avg`   | 0 and N       | what a PyTorch port of BERT-flow and SimCSE before 2022 call "first-last avg" |
+//! | `last2-avg`      | N-1 and N     | the literal last two layers |
+//! | `emb-avg`        | 0             | non-contextual baseline, like averaged GloVe |
+//! | `layers:i,j,...` | i, j, ...     | any set |
+use crate::error::{EncoderError, Result};
+use std::fmt;
+use std::str::FromStr;
+
+/// One pooling. Parse with `FromStr`; `Display` gives the canonical name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Pooling {
+    Cls,
+    Pooler,
+    LastAvg,
+    FirstLastAvg,
+    EmbLastAvg,
+    Last2Avg,
+    EmbAvg,
+    /// Mean over these hidden states (0 = embedding output), in the order given.
+    Layers(Vec<usize>),
+}
+
+/// What a pooling reads from the forward pass, for a model with `n` layers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PoolSource {
+    /// The [CLS] vector of hidden state `n`.
+    Cls(usize),
+    /// The pooler applied to the [CLS] vector of hidden state `n`.
+    Pooler(usize),
+    /// Masked token mean of the mean of these hidden states (sorted, deduplicated).
+    Mean(Vec<usize>),
+}
+
+/// Every named pooling with its one-line description, for `--help` and docs.
+pub const POOLINGS: &[(&str, &str)] = &[
+    ("cls", "last layer's [CLS] vector"),
+    (
+        "pooler",
+        "tanh dense pooler on the last [CLS] (checkpoints that have it)",
+    ),
+    ("last-avg", "mean of the last layer's tokens"),
+    (
+        "first-last-avg",
+        "mean of transformer layer 1 and the last layer (BERT-flow code's 'last2avg')",
+    ),
+    (
+        "emb-last-avg",
+        "mean of the embedding output (layer 0) and the last layer (a PyTorch port's 'first-last')",
+    ),
+    ("last2-avg", "mean of the last two transformer layers"),
+    (
+        "emb-avg",
+        "mean of the embedding output (layer 0): non-contextual baseline",
+    ),
+    (
+        "layers:i,j,...",
+        "mean of any hidden states; 0 = embedding output, N = last layer",
+    ),
+];
+
+impl Pooling {
+    /// The hidden states this pooling reads, for a model with `n` transformer layers.
+    pub fn source(&self, n: usize) -> Result<PoolSource> {
+        let check = |mut v: Vec<usize>| -> Result<PoolSource> {
+            if let Some(&bad) = v.iter().find(|&&l| l > n) {
+                return Err(EncoderError::LayerOutOfRange { layer: bad, max: n });
+            }
+            v.sort_unstable();
+            v.dedup();
+            Ok(PoolSource::Mean(v))
+        };
+        match self {
+            Pooling::Cls => Ok(PoolSource::Cls(n)),
+            Pooling::Pooler => Ok(PoolSource::Pooler(n)),
+            Pooling::LastAvg => check(vec![n]),
+            Pooling::FirstLastAvg => check(vec![1.min(n), n]),
+            Pooling::EmbLastAvg => check(vec![0, n]),
+            Pooling::Last2Avg => check(vec![n.saturating_sub(1).max(1).min(n), n]),
+            Pooling::EmbAvg => check(vec![0]),
+            Pooling::Layers(v) => check(v.clone()),
+        }
+    }
+}
+
+impl PoolSource {
+    /// The deepest hidden state needed.
+    pub fn max_layer(&self) -> usize {
+        match self {
+            PoolSource::Cls(n) | PoolSource::Pooler(n) => *n,
+            PoolSource::Mean(v) => v.iter().copied().max().unwrap_or(0),
+        }
+    }
+
+    /// A stable description used in cache keys: equal keys give equal vectors.
+    pub fn key(&self) -> String {
+        match self {
+            PoolSource::Cls(n) => format!("cls@{n}"),
+            PoolSource::Pooler(n) => format!("pooler@{n}"),
+            PoolSource::Mean(v) => format!(
+                "mean@{}",
+                v.iter()
+                    .map(|l| l.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
+impl FromStr for Pooling {
+    type Err = EncoderError;
+    fn from_str(s: &str) -> Result<Self> {
+        let t = s.trim().to_ascii_lowercase();
+        Ok(match t.as_str() {
+            "cls" => Pooling::Cls,
+            "pooler" => Pooling::Pooler,
+            "last-avg" => Pooling::LastAvg,
+            "first-last-avg" => Pooling::FirstLastAvg,
+            "emb-last-avg" => Pooling::EmbLastAvg,
+            "last2-avg" => Pooling::Last2Avg,
+            "emb-avg" => Pooling::EmbAvg,
+            _ => {
+                let list = t
+                    .strip_prefix("layers:")
+                    .ok_or_else(|| EncoderError::UnknownPooling(s.to_string()))?;
+                let v = list
+                    .split(',')
+                    .map(|x| x.trim().parse::<usize>())
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|_| EncoderError::UnknownPooling(s.to_string()))?;
+                if v.is_empty() {
+                    return Err(EncoderError::UnknownPooling(s.to_string()));
+                }
+                Pooling::Layers(v)
+            }
+        })
+    }
+}
+
+impl fmt::Display for Pooling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pooling::Cls => f.write_str("cls"),
+            Pooling::Pooler => f.write_str("pooler"),
+            Pooling::LastAvg => f.write_str("last-avg"),
+            Pooling::FirstLastAvg => f.write_str("first-last-avg"),
+            Pooling::EmbLastAvg => f.write_str("emb-last-avg"),
+            Pooling::Last2Avg => f.write_str("last2-avg"),
+            Pooling::EmbAvg => f.write_str("emb-avg"),
+            Pooling::Layers(v) => write!(
+                f,
+                "layers:{}",
+                v.iter()
+                    .map(|l| l.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_map_to_documented_layers() {
+        let n = 12;
+        let cases = [
+            ("cls", PoolSource::Cls(12)),
+            ("pooler", PoolSource::Pooler(12)),
+            ("last-avg", PoolSource::Mean(vec![12])),
+            ("first-last-avg", PoolSource::Mean(vec![1, 12])),
+            ("emb-last-avg", PoolSource::Mean(vec![0, 12])),
+            ("last2-avg", PoolSource::Mean(vec![11, 12])),
+            ("emb-avg", PoolSource::Mean(vec![0])),
+            ("layers:3,0,3", PoolSource::Mean(vec![0, 3])),
+        ];
+        for (name, src) in cases {
+            let p: Pooling = name.parse().unwrap();
+            assert_eq!(p.source(n).unwrap(), src, "{name}");
+            if !name.starts_with("layers") {
+                assert_eq!(p.to_string(), name);
+            }
+        }
+        assert_eq!(
+            "First-Last-Avg".parse::<Pooling>().unwrap(),
+            Pooling::FirstLastAvg
+        );
+    }
+
+    #[test]
+    fn bad_poolings_are_errors() {
+        for bad in ["last2avg", "mean", "layers:", "layers:a", "layers:1,,2", ""] {
+            assert!(
+                matches!(bad.parse::<Pooling>(), Err(EncoderError::UnknownPooling(_))),
+                "{bad}"
+            );
+        }
+        let p: Pooling = "layers:0,7".parse().unwrap();
+        assert!(matches!(
+            p.source(6),
+            Err(EncoderError::LayerOutOfRange { layer: 7, max: 6 })
+        ));
+    }
+}

@@ -1,0 +1,95 @@
+//! Tokenisation: `tokenizer.json`, or a plain BERT WordPiece tokenizer built from
+//! `vocab.txt`. Padding and truncation stored in tokenizer.json are ignored:
+//! bertflow pads to the longest sentence of a batch and truncates at `max_len`.
+use crate::error::{EncoderError, Result};
+use crate::files::TokenizerFile;
+use tokenizers::models::wordpiece::WordPiece;
+use tokenizers::normalizers::BertNormalizer;
+use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::processors::bert::BertProcessing;
+use tokenizers::Tokenizer;
+
+/// A tokenizer that yields `[CLS] ... [SEP]` id sequences.
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    sep_id: u32,
+}
+
+fn tok_err(e: impl std::fmt::Display) -> EncoderError {
+    EncoderError::Tokenizer(e.to_string())
+}
+
+impl TextTokenizer {
+    pub fn load(file: &TokenizerFile) -> Result<Self> {
+        let mut inner = match file {
+            TokenizerFile::Json(path) => {
+                Tokenizer::from_file(path).map_err(|e| EncoderError::BadFile {
+                    path: path.clone(),
+                    msg: e.to_string(),
+                })?
+            }
+            TokenizerFile::Vocab { vocab, lowercase } => {
+                let path = vocab
+                    .to_str()
+                    .ok_or_else(|| tok_err("vocab path is not UTF-8"))?;
+                let wp = WordPiece::from_file(path)
+                    .unk_token("[UNK]".into())
+                    .build()
+                    .map_err(|e| EncoderError::BadFile {
+                        path: vocab.clone(),
+                        msg: e.to_string(),
+                    })?;
+                let mut t = Tokenizer::new(wp);
+                t.with_normalizer(Some(BertNormalizer::new(true, true, None, *lowercase)));
+                t.with_pre_tokenizer(Some(BertPreTokenizer));
+                let id = |s: &str| {
+                    t.token_to_id(s)
+                        .ok_or_else(|| tok_err(format!("{} has no {s} token", vocab.display())))
+                };
+                let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
+                t.with_post_processor(Some(BertProcessing::new(
+                    ("[SEP]".into(), sep),
+                    ("[CLS]".into(), cls),
+                )));
+                t
+            }
+        };
+        inner.with_padding(None);
+        inner.with_truncation(None).map_err(tok_err)?;
+        let sep_id = inner
+            .token_to_id("[SEP]")
+            .or_else(|| inner.token_to_id("</s>"))
+            .ok_or_else(|| tok_err("the tokenizer has no [SEP] token"))?;
+        Ok(Self { inner, sep_id })
+    }
+
+    /// Ids with special tokens (`[CLS] ... [SEP]`), not truncated.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode_fast(text, true).map_err(tok_err)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Word pieces without special tokens (for edit distances and frequencies).
+    pub fn word_pieces(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode_fast(text, false).map_err(tok_err)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Truncate to `max_len` keeping the final `[SEP]`; returns whether anything was cut.
+    pub fn truncate(&self, ids: &mut Vec<u32>, max_len: usize) -> bool {
+        if ids.len() <= max_len {
+            return false;
+        }
+        ids.truncate(max_len - 1);
+        ids.push(self.sep_id);
+        true
+    }
+}

@@ -1,0 +1,78 @@
+//! Checkpoint tensors by name. Names mirror the Hugging Face checkpoint
+//! (`encoder.layer.3.attention.self.query.weight`); a `bert.` prefix (as in
+//! BertForPreTraining checkpoints such as bert-base-uncased) and the old
+//! TensorFlow-era `gamma`/`beta` names of LayerNorm parameters are accepted.
+use crate::error::{EncoderError, Result};
+use crate::files::WeightsFile;
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+
+pub struct Weights {
+    tensors: HashMap<String, Tensor>,
+    prefix: String,
+}
+
+impl Weights {
+    pub fn load(file: &WeightsFile, device: &Device) -> Result<Self> {
+        let tensors: HashMap<String, Tensor> = match file {
+            WeightsFile::Safetensors(p) => {
+                candle_core::safetensors::load(p, device).map_err(|e| EncoderError::BadFile {
+                    path: p.clone(),
+                    msg: e.to_string(),
+                })?
+            }
+            WeightsFile::Pytorch(p) => candle_core::pickle::read_all(p)
+                .map_err(|e| EncoderError::BadFile {
+                    path: p.clone(),
+                    msg: e.to_string(),
+                })?
+                .into_iter()
+                .collect(),
+        };
+        let prefix = ["", "bert.", "model."]
+            .into_iter()
+            .find(|p| tensors.contains_key(&format!("{p}embeddings.word_embeddings.weight")))
+            .ok_or_else(|| {
+                let mut names: Vec<_> = tensors.keys().take(5).cloned().collect();
+                names.sort();
+                EncoderError::Weights(format!(
+                    "no BERT embeddings tensor (embeddings.word_embeddings.weight) in the checkpoint; first names: {}",
+                    names.join(", ")
+                ))
+            })?
+            .to_string();
+        Ok(Self { tensors, prefix })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(&format!("{}{name}", self.prefix))
+    }
+
+    /// The tensor `name` (without the model prefix) as f32 with the expected shape.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let full = format!("{}{name}", self.prefix);
+        let t = self
+            .tensors
+            .get(&full)
+            .or_else(|| {
+                let alt = full
+                    .strip_suffix(".weight")
+                    .map(|s| format!("{s}.gamma"))
+                    .or_else(|| full.strip_suffix(".bias").map(|s| format!("{s}.beta")))?;
+                if full.contains("LayerNorm") {
+                    self.tensors.get(&alt)
+                } else {
+                    None
+                }
+            })
+            .ok_or_else(|| EncoderError::Weights(format!("missing tensor {full}")))?;
+        if t.dims() != shape {
+            return Err(EncoderError::Weights(format!(
+                "tensor {full} has shape {:?}, expected {:?}",
+                t.dims(),
+                shape
+            )));
+        }
+        Ok(t.to_dtype(DType::F32)?)
+    }
+}
