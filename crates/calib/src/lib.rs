@@ -1,1 +1,283 @@
-//! bertflow-calib (work in progress)
+//! # bertflow-calib
+//!
+//! Unsupervised calibrators for sentence embeddings: fitted on an `n x d`
+//! matrix of embeddings (one row per sentence), they map each embedding to
+//! a space where cosine similarity follows meaning better.
+//!
+//! | spec           | calibrator                                                        |
+//! |----------------|-------------------------------------------------------------------|
+//! | `none`         | identity                                                          |
+//! | `sn`           | per-dimension standardisation                                     |
+//! | `whiten[:k=N]` | BERT-whitening (Su et al. 2021)                                   |
+//! | `natsv:k=N`    | all-but-the-top (Mu & Viswanath 2018)                             |
+//! | `sn+natsv:k=N` | standardisation, then all-but-the-top                             |
+//! | `flow[:...]`   | BERT-flow (Li et al. 2020), see [`FlowConfig`] and [`spec`]       |
+//!
+//! ```no_run
+//! use bertflow_calib::{fit, load, CalibSpec, Calibrator, CalibratorMeta, FitOptions};
+//! # fn main() -> Result<(), bertflow_calibrator_doc::E> { Ok(()) }
+//! # mod bertflow_calibrator_doc { pub type E = Box<dyn std::error::Error>; }
+//! # fn demo(x: ndarray::Array2<f32>) -> Result<(), Box<dyn std::error::Error>> {
+//! let spec: CalibSpec = "flow:epochs=1,seed=42".parse()?;
+//! let mut opts = FitOptions::new().with_progress(|p| {
+//!     eprintln!("{}/{} loss {:.3}", p.step, p.total_steps, p.running_loss)
+//! });
+//! let fitted = fit(&spec, x.view(), &mut opts)?;
+//! let meta = CalibratorMeta::new("all-MiniLM-L6-v2", "mean", x.ncols(), x.nrows()).with_seed(42);
+//! fitted.save("flow.safetensors", &meta)?;
+//! let (again, meta) = load("flow.safetensors")?;
+//! let y = again.transform(x.view())?;
+//! # Ok(()) }
+//! ```
+//!
+//! Zero variance and rank deficiency are handled without inf/NaN: see
+//! [`StandardNorm`], [`Whitening`], [`Natsv`] and [`Flow`]. All statistics
+//! are computed in f64.
+
+#![warn(missing_docs)]
+
+pub mod error;
+mod flow;
+mod io;
+mod linear;
+mod real;
+mod rng;
+pub mod spec;
+mod stats;
+
+use std::fmt;
+use std::path::Path;
+
+use ndarray::{Array2, ArrayView2};
+use serde::{Deserialize, Serialize};
+
+pub use error::{CalibError, Result};
+pub use flow::Flow;
+pub use io::{check_compatible, CalibratorMeta, FORMAT_VERSION, METADATA_KEY};
+pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
+pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation};
+pub use stats::ZERO_VARIANCE_RTOL;
+
+/// A fitted calibrator.
+pub trait Calibrator {
+    /// Number of columns `transform` expects.
+    fn input_dim(&self) -> usize;
+    /// Number of columns `transform` returns.
+    fn output_dim(&self) -> usize;
+    /// Maps each row (an embedding) to its calibrated version. Errors on a
+    /// wrong column count or a non-finite input value.
+    fn transform(&self, x: ArrayView2<f32>) -> Result<Array2<f32>>;
+    /// One line for tables and logs.
+    fn describe(&self) -> String;
+}
+
+/// Every fitted kind, as data: its serde form (internally tagged by `kind`)
+/// holds the kind, hyper-parameters and dimensions; the numeric parameters
+/// travel as tensors in the file written by [`Fitted::save`]. A value
+/// deserialized from the JSON alone has no parameters and its `transform`
+/// returns an error; use [`load`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum Fitted {
+    /// `none`
+    #[serde(rename = "none")]
+    None(Identity),
+    /// `sn`
+    #[serde(rename = "sn")]
+    Sn(StandardNorm),
+    /// `whiten`
+    #[serde(rename = "whiten")]
+    Whiten(Whitening),
+    /// `natsv`
+    #[serde(rename = "natsv")]
+    Natsv(Natsv),
+    /// `sn+natsv`
+    #[serde(rename = "sn+natsv")]
+    SnNatsv(SnNatsv),
+    /// `flow`
+    #[serde(rename = "flow")]
+    Flow(Flow),
+}
+
+impl Fitted {
+    fn inner(&self) -> &dyn Calibrator {
+        match self {
+            Fitted::None(c) => c,
+            Fitted::Sn(c) => c,
+            Fitted::Whiten(c) => c,
+            Fitted::Natsv(c) => c,
+            Fitted::SnNatsv(c) => c,
+            Fitted::Flow(c) => c,
+        }
+    }
+
+    /// The kind's name (`"none"`, `"sn"`, `"whiten"`, `"natsv"`,
+    /// `"sn+natsv"`, `"flow"`).
+    pub fn kind(&self) -> &'static str {
+        self.spec().kind()
+    }
+
+    /// The spec this calibrator was fitted from.
+    pub fn spec(&self) -> CalibSpec {
+        match self {
+            Fitted::None(_) => CalibSpec::None,
+            Fitted::Sn(_) => CalibSpec::Sn,
+            Fitted::Whiten(w) => CalibSpec::Whiten { k: w.k },
+            Fitted::Natsv(n) => CalibSpec::Natsv { k: n.k },
+            Fitted::SnNatsv(s) => CalibSpec::SnNatsv { k: s.natsv.k },
+            Fitted::Flow(f) => CalibSpec::Flow(f.config.clone()),
+        }
+    }
+
+    /// The flow, if this is one (for `inverse`, `log_prob`, ...).
+    pub fn as_flow(&self) -> Option<&Flow> {
+        match self {
+            Fitted::Flow(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Writes one `.safetensors` file: parameters as tensors, kind,
+    /// hyper-parameters and `meta` as a JSON header in `__metadata__`.
+    /// `meta.input_dim` must match the calibrator.
+    pub fn save(&self, path: impl AsRef<Path>, meta: &CalibratorMeta) -> Result<()> {
+        io::save(self, path, meta)
+    }
+
+    /// The bytes [`Fitted::save`] writes.
+    pub fn to_bytes(&self, meta: &CalibratorMeta) -> Result<Vec<u8>> {
+        io::to_bytes(self, meta)
+    }
+
+    /// Reads a file written by [`Fitted::save`].
+    pub fn load(path: impl AsRef<Path>) -> Result<(Fitted, CalibratorMeta)> {
+        io::load(path)
+    }
+
+    pub(crate) fn write_tensors(&self, w: &mut io::TensorWriter) {
+        match self {
+            Fitted::None(_) => {}
+            Fitted::Sn(s) => s.write_tensors(w, ""),
+            Fitted::Whiten(s) => s.write_tensors(w),
+            Fitted::Natsv(s) => s.write_tensors(w, ""),
+            Fitted::SnNatsv(s) => {
+                s.sn.write_tensors(w, "sn.");
+                s.natsv.write_tensors(w, "natsv.");
+            }
+            Fitted::Flow(f) => f.write_tensors(w),
+        }
+    }
+
+    pub(crate) fn read_tensors(&mut self, r: &mut io::TensorReader) -> Result<()> {
+        match self {
+            Fitted::None(_) => Ok(()),
+            Fitted::Sn(s) => s.read_tensors(r, ""),
+            Fitted::Whiten(s) => s.read_tensors(r),
+            Fitted::Natsv(s) => s.read_tensors(r, ""),
+            Fitted::SnNatsv(s) => {
+                if s.sn.dim != s.natsv.dim {
+                    return Err(r.format_error(format!(
+                        "inconsistent header: sn has {} dims, natsv {}",
+                        s.sn.dim, s.natsv.dim
+                    )));
+                }
+                s.sn.read_tensors(r, "sn.")?;
+                s.natsv.read_tensors(r, "natsv.")
+            }
+            Fitted::Flow(f) => f.read_tensors(r),
+        }
+    }
+}
+
+impl Calibrator for Fitted {
+    fn input_dim(&self) -> usize {
+        self.inner().input_dim()
+    }
+    fn output_dim(&self) -> usize {
+        self.inner().output_dim()
+    }
+    fn transform(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {
+        self.inner().transform(x)
+    }
+    fn describe(&self) -> String {
+        self.inner().describe()
+    }
+}
+
+/// Progress of an iterative fit (the flow), reported after every
+/// optimisation step. Closed-form kinds report nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FitProgress {
+    /// Steps done (1-based).
+    pub step: usize,
+    /// Steps in the whole fit.
+    pub total_steps: usize,
+    /// Current epoch (1-based).
+    pub epoch: usize,
+    /// Number of epochs.
+    pub epochs: usize,
+    /// NLL (bits/dim) of this step's batch, before its update.
+    pub loss: f64,
+    /// Mean batch NLL (bits/dim) so far in this epoch.
+    pub running_loss: f64,
+}
+
+/// Options of [`fit`]. The crate never prints: progress goes to the
+/// optional callback.
+#[derive(Default)]
+pub struct FitOptions<'a> {
+    /// Called after every optimisation step of an iterative fit.
+    pub progress: Option<Box<dyn FnMut(FitProgress) + 'a>>,
+}
+
+impl<'a> FitOptions<'a> {
+    /// No callback.
+    pub fn new() -> Self {
+        FitOptions { progress: None }
+    }
+
+    /// Sets the progress callback.
+    pub fn with_progress(mut self, f: impl FnMut(FitProgress) + 'a) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
+}
+
+impl fmt::Debug for FitOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FitOptions")
+            .field("progress", &self.progress.as_ref().map(|_| "callback"))
+            .finish()
+    }
+}
+
+/// Fits a calibrator of the kind `spec` on `x` (one embedding per row).
+/// Errors (never panics) on invalid specs, empty or non-finite data, or a
+/// flow architecture that does not fit the dimension or diverges.
+pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, opts: &mut FitOptions<'_>) -> Result<Fitted> {
+    spec.validate()?;
+    Ok(match spec {
+        CalibSpec::None => Fitted::None(Identity::fit(x)?),
+        CalibSpec::Sn => Fitted::Sn(StandardNorm::fit(x)?),
+        CalibSpec::Whiten { k } => Fitted::Whiten(Whitening::fit(x, *k)?),
+        CalibSpec::Natsv { k } => Fitted::Natsv(Natsv::fit(x, *k)?),
+        CalibSpec::SnNatsv { k } => Fitted::SnNatsv(SnNatsv::fit(x, *k)?),
+        CalibSpec::Flow(cfg) => {
+            let progress = opts
+                .progress
+                .as_mut()
+                .map(|b| &mut **b as &mut dyn FnMut(FitProgress));
+            Fitted::Flow(Flow::fit(cfg, x, progress)?)
+        }
+    })
+}
+
+/// Writes `fitted` to `path`; see [`Fitted::save`].
+pub fn save(fitted: &Fitted, path: impl AsRef<Path>, meta: &CalibratorMeta) -> Result<()> {
+    io::save(fitted, path, meta)
+}
+
+/// Reads a calibrator file; see [`Fitted::load`].
+pub fn load(path: impl AsRef<Path>) -> Result<(Fitted, CalibratorMeta)> {
+    io::load(path)
+}

@@ -1,0 +1,75 @@
+//! Times one epoch of a default BERT-flow fit on seeded random anisotropic
+//! data of the size of the STS fit corpus (29,500 x 384).
+//!
+//! `cargo run --release -p bertflow-calib --example flow_fit_bench [n] [d]`
+
+use std::time::Instant;
+
+use bertflow_calib::{fit, CalibSpec, Calibrator, FitOptions};
+use ndarray::Array2;
+
+/// SplitMix64 -> uniform -> Box-Muller; enough for test data.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.next();
+        let u2 = self.next();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let n: usize = args.next().map_or(Ok(29_500), |s| s.parse())?;
+    let d: usize = args.next().map_or(Ok(384), |s| s.parse())?;
+    let mut g = Gen(2020);
+    // Anisotropic: per-dimension scales spanning three orders of magnitude,
+    // a common offset, and a few shared factors (a dominant direction, as in
+    // BERT embeddings).
+    let scales: Vec<f64> = (0..d)
+        .map(|j| 10f64.powf(-2.0 + 3.0 * j as f64 / d as f64))
+        .collect();
+    let offsets: Vec<f64> = (0..d).map(|_| g.normal()).collect();
+    let factors: Vec<Vec<f64>> = (0..4)
+        .map(|_| (0..d).map(|_| g.normal()).collect())
+        .collect();
+    let mut x = Array2::<f32>::zeros((n, d));
+    for mut row in x.rows_mut() {
+        let f: Vec<f64> = (0..factors.len()).map(|_| g.normal()).collect();
+        for (j, v) in row.iter_mut().enumerate() {
+            let shared: f64 = f.iter().zip(&factors).map(|(a, u)| a * u[j]).sum();
+            *v = (offsets[j] + scales[j] * g.normal() + 0.5 * shared) as f32;
+        }
+    }
+    let spec: CalibSpec = "flow".parse()?;
+    let mut last = None;
+    let mut opts = FitOptions::new().with_progress(|p| last = Some(p));
+    let start = Instant::now();
+    let fitted = fit(&spec, x.view(), &mut opts)?;
+    let secs = start.elapsed().as_secs_f64();
+    drop(opts);
+    let p = last.ok_or("no progress reported")?;
+    println!(
+        "fitted {} on {n} x {d} in {secs:.3} s ({} steps, {:.1} ms/step)",
+        spec,
+        p.total_steps,
+        1e3 * secs / p.total_steps as f64
+    );
+    println!("{}", fitted.describe());
+    let start = Instant::now();
+    let z = fitted.transform(x.view())?;
+    println!(
+        "transform of {} rows in {:.3} s",
+        z.nrows(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,728 @@
+//! Forward, inverse and backward passes of the flow on a mini-batch, written
+//! by hand over flat parameter vectors. Generic over the float type: `f32`
+//! for training and transforms, `f64` for the gradient and Jacobian checks.
+//!
+//! Layout: the batch lives in a row-major `rows x dim` buffer; level `l`
+//! works on the leading `levels[l].c` columns of each row, and the columns
+//! it splits off stay where they are (see `Arch::out_perm`).
+
+use super::arch::{ActnormIdx, Arch, NnIdx, StepArch};
+use crate::real::Real;
+use crate::spec::Coupling;
+use crate::stats::ZERO_VARIANCE_RTOL;
+
+/// Glow's logscale_factor: log-scales are stored divided by 3.
+pub(crate) const LOGSCALE_FACTOR: f64 = 3.0;
+/// Glow's epsilon in the actnorm initialisation.
+const ACTNORM_EPS: f64 = 1e-6;
+/// Bound on the initial log-scale of an actnorm channel, `|3 * logs| <= 12`.
+pub(crate) const MAX_INIT_LOG_SCALE: f64 = 12.0;
+/// log(2 pi)
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+/// Per-step buffers, sized for `cap` rows.
+#[derive(Debug, Clone, Default)]
+struct StepCache<T> {
+    /// actnorm output (rows x c)
+    act_out: Vec<T>,
+    /// coupling input = reversed actnorm output (rows x c)
+    cin: Vec<T>,
+    u1: Vec<T>,
+    r1: Vec<T>,
+    u2: Vec<T>,
+    r2: Vec<T>,
+    /// coupling network output (rows x nout)
+    o: Vec<T>,
+    /// affine coupling: z2 + shift, and the scale (rows x c2)
+    aff_t: Vec<T>,
+    aff_s: Vec<T>,
+    /// exp(3 * logs) of the step actnorm and the network's three scalings
+    e: Vec<T>,
+    e1: Vec<T>,
+    e2: Vec<T>,
+    e3: Vec<T>,
+    /// transposed weights (for the backward pass)
+    w1t: Vec<T>,
+    w2t: Vec<T>,
+    w3t: Vec<T>,
+}
+
+/// Buffers for a mini-batch of at most `cap` rows. Allocated once.
+#[derive(Debug, Clone)]
+pub(crate) struct Workspace<T> {
+    cap: usize,
+    dim: usize,
+    /// rows x dim: input, then latent (internal column order)
+    pub x: Vec<T>,
+    /// rows x dim: gradient of the loss w.r.t. the current activations
+    g: Vec<T>,
+    /// per-row log-determinant and log prior density (nats)
+    pub logdet: Vec<f64>,
+    pub logp: Vec<f64>,
+    steps: Vec<StepCache<T>>,
+    d_o: Vec<T>,
+    dq: Vec<T>,
+    dr: Vec<T>,
+    dh: Vec<T>,
+}
+
+impl<T: Real> Workspace<T> {
+    pub fn new(arch: &Arch, cap: usize) -> Self {
+        let w = arch.width;
+        let mut max_out = 0;
+        let steps = arch
+            .steps()
+            .map(|s| {
+                max_out = max_out.max(s.nn.nout);
+                let aff = if arch.coupling == Coupling::Affine {
+                    cap * s.c2
+                } else {
+                    0
+                };
+                StepCache {
+                    act_out: vec![T::ZERO; cap * s.c],
+                    cin: vec![T::ZERO; cap * s.c],
+                    u1: vec![T::ZERO; cap * w],
+                    r1: vec![T::ZERO; cap * w],
+                    u2: vec![T::ZERO; cap * w],
+                    r2: vec![T::ZERO; cap * w],
+                    o: vec![T::ZERO; cap * s.nn.nout],
+                    aff_t: vec![T::ZERO; aff],
+                    aff_s: vec![T::ZERO; aff],
+                    e: vec![T::ZERO; s.c],
+                    e1: vec![T::ZERO; w],
+                    e2: vec![T::ZERO; w],
+                    e3: vec![T::ZERO; s.nn.nout],
+                    w1t: vec![T::ZERO; s.nn.nin * w],
+                    w2t: vec![T::ZERO; w * w],
+                    w3t: vec![T::ZERO; w * s.nn.nout],
+                }
+            })
+            .collect();
+        Workspace {
+            cap,
+            dim: arch.dim,
+            x: vec![T::ZERO; cap * arch.dim],
+            g: vec![T::ZERO; cap * arch.dim],
+            logdet: vec![0.0; cap],
+            logp: vec![0.0; cap],
+            steps,
+            d_o: vec![T::ZERO; cap * max_out],
+            dq: vec![T::ZERO; cap * max_out],
+            dr: vec![T::ZERO; cap * w],
+            dh: vec![T::ZERO; cap * w],
+        }
+    }
+
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Mean negative log-likelihood in bits per dimension of the last
+    /// forward pass over `rows` rows.
+    pub fn nll_bits_per_dim(&self, rows: usize) -> f64 {
+        let denom = self.dim as f64 * std::f64::consts::LN_2;
+        let total: f64 = (0..rows)
+            .map(|i| -(self.logp[i] + self.logdet[i]) / denom)
+            .sum();
+        total / rows as f64
+    }
+}
+
+/// Parameters as read by the forward pass; `Init` also initialises every
+/// actnorm from the batch it sees (Glow's data-dependent initialisation)
+/// and records the parameter indices of degenerate flow-actnorm channels.
+pub(crate) enum Params<'a, T> {
+    Fixed(&'a [T]),
+    Init {
+        params: &'a mut [T],
+        frozen: &'a mut Vec<usize>,
+    },
+}
+
+impl<T> Params<'_, T> {
+    fn get(&self) -> &[T] {
+        match self {
+            Params::Fixed(p) => p,
+            Params::Init { params, .. } => params,
+        }
+    }
+}
+
+/// out[i, ..n] = a[i, ..k] . w (k x n) for i < rows (or += when `acc`).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn matmul<T: Real>(
+    a: &[T],
+    a_stride: usize,
+    rows: usize,
+    k: usize,
+    w: &[T],
+    n: usize,
+    out: &mut [T],
+    out_stride: usize,
+    acc: bool,
+) {
+    for i in 0..rows {
+        let arow = &a[i * a_stride..i * a_stride + k];
+        let orow = &mut out[i * out_stride..i * out_stride + n];
+        if !acc {
+            orow.fill(T::ZERO);
+        }
+        for (kk, &av) in arow.iter().enumerate() {
+            if av == T::ZERO {
+                continue;
+            }
+            let wrow = &w[kk * n..kk * n + n];
+            for (o, &wv) in orow.iter_mut().zip(wrow) {
+                *o += av * wv;
+            }
+        }
+    }
+}
+
+/// dw (k x n) += a[.., ..k]^T . d[.., ..n] over `rows` rows.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn matmul_tn_acc<T: Real>(
+    a: &[T],
+    a_stride: usize,
+    rows: usize,
+    k: usize,
+    d: &[T],
+    d_stride: usize,
+    n: usize,
+    dw: &mut [T],
+) {
+    for i in 0..rows {
+        let arow = &a[i * a_stride..i * a_stride + k];
+        let drow = &d[i * d_stride..i * d_stride + n];
+        for (kk, &av) in arow.iter().enumerate() {
+            if av == T::ZERO {
+                continue;
+            }
+            let dwrow = &mut dw[kk * n..kk * n + n];
+            for (o, &dv) in dwrow.iter_mut().zip(drow) {
+                *o += av * dv;
+            }
+        }
+    }
+}
+
+fn transpose<T: Real>(w: &[T], k: usize, n: usize, wt: &mut [T]) {
+    for kk in 0..k {
+        for j in 0..n {
+            wt[j * k + kk] = w[kk * n + j];
+        }
+    }
+}
+
+fn exp3<T: Real>(logs: &[T], e: &mut [T]) {
+    let f = T::from_f64(LOGSCALE_FACTOR);
+    for (o, &l) in e.iter_mut().zip(logs) {
+        *o = (f * l).exp();
+    }
+}
+
+/// Data-dependent actnorm initialisation on `rows` rows of `n` columns.
+/// Returns the indices (within 0..n) of degenerate channels.
+///
+/// Glow: b = -mean, 3 * logs = log(1 / (std + 1e-6)). Robust version: a
+/// channel whose variance is at most `ZERO_VARIANCE_RTOL` times the largest
+/// of this actnorm (or exactly zero) gets logs = 0 (scale 1) instead of a
+/// scale of 1e6, and every initial log-scale is clamped to
+/// `[-MAX_INIT_LOG_SCALE, MAX_INIT_LOG_SCALE]`.
+fn init_actnorm<T: Real>(
+    data: &[T],
+    stride: usize,
+    rows: usize,
+    n: usize,
+    b: &mut [T],
+    logs: &mut [T],
+    degenerate: &mut Vec<usize>,
+) {
+    let mut mean = vec![0.0f64; n];
+    let mut var = vec![0.0f64; n];
+    for i in 0..rows {
+        for (m, &v) in mean.iter_mut().zip(&data[i * stride..i * stride + n]) {
+            *m += v.to_f64();
+        }
+    }
+    for m in &mut mean {
+        *m /= rows.max(1) as f64;
+    }
+    for i in 0..rows {
+        for ((s, &v), &m) in var
+            .iter_mut()
+            .zip(&data[i * stride..i * stride + n])
+            .zip(&mean)
+        {
+            let c = v.to_f64() - m;
+            *s += c * c;
+        }
+    }
+    for s in &mut var {
+        *s /= rows.max(1) as f64;
+    }
+    let max_var = var.iter().copied().fold(0.0, f64::max);
+    for j in 0..n {
+        b[j] = T::from_f64(-mean[j]);
+        if var[j] > ZERO_VARIANCE_RTOL * max_var && var[j] > 0.0 {
+            let ls = -(var[j].sqrt() + ACTNORM_EPS).ln();
+            let ls = ls.clamp(-MAX_INIT_LOG_SCALE, MAX_INIT_LOG_SCALE);
+            logs[j] = T::from_f64(ls / LOGSCALE_FACTOR);
+        } else {
+            logs[j] = T::ZERO;
+            degenerate.push(j);
+        }
+    }
+}
+
+/// Runs an actnorm (initialising it first in `Init` mode) on columns `..n`
+/// of `rows` rows of `data`, in place. Returns sum(3 * logs) (its
+/// per-row log-determinant).
+fn actnorm_forward<T: Real>(
+    params: &mut Params<'_, T>,
+    an: ActnormIdx,
+    data: &mut [T],
+    stride: usize,
+    rows: usize,
+    e: &mut [T],
+    flow_level: bool,
+) -> f64 {
+    let n = an.n;
+    if let Params::Init { params, frozen } = params {
+        let (lo, hi) = params.split_at_mut(an.logs);
+        let mut degenerate = Vec::new();
+        init_actnorm(
+            data,
+            stride,
+            rows,
+            n,
+            &mut lo[an.b..an.b + n],
+            &mut hi[..n],
+            &mut degenerate,
+        );
+        if flow_level {
+            for j in degenerate {
+                frozen.push(an.b + j);
+                frozen.push(an.logs + j);
+            }
+        }
+    }
+    let p = params.get();
+    let b = &p[an.b..an.b + n];
+    exp3(&p[an.logs..an.logs + n], e);
+    for i in 0..rows {
+        let row = &mut data[i * stride..i * stride + n];
+        for ((v, &bb), &ee) in row.iter_mut().zip(b).zip(e.iter()) {
+            *v = (*v + bb) * ee;
+        }
+    }
+    p[an.logs..an.logs + n]
+        .iter()
+        .map(|&l| LOGSCALE_FACTOR * l.to_f64())
+        .sum()
+}
+
+/// The coupling network on `rows` rows of z1 (columns `..nin` of `z1`,
+/// row stride `z1_stride`); output in `c.o` (rows x nout).
+fn nn_forward<T: Real>(
+    params: &mut Params<'_, T>,
+    nn: NnIdx,
+    z1: &[T],
+    z1_stride: usize,
+    rows: usize,
+    c: &mut StepCache<T>,
+) {
+    let w = nn.width;
+    {
+        let p = params.get();
+        matmul(
+            z1,
+            z1_stride,
+            rows,
+            nn.nin,
+            &p[nn.w1..nn.w1 + nn.nin * w],
+            w,
+            &mut c.u1,
+            w,
+            false,
+        );
+    }
+    actnorm_forward(params, nn.an1, &mut c.u1, w, rows, &mut c.e1, false);
+    for (r, &u) in c.r1[..rows * w].iter_mut().zip(&c.u1[..rows * w]) {
+        *r = if u > T::ZERO { u } else { T::ZERO };
+    }
+    {
+        let p = params.get();
+        matmul(
+            &c.r1,
+            w,
+            rows,
+            w,
+            &p[nn.w2..nn.w2 + w * w],
+            w,
+            &mut c.u2,
+            w,
+            false,
+        );
+    }
+    actnorm_forward(params, nn.an2, &mut c.u2, w, rows, &mut c.e2, false);
+    for (r, &u) in c.r2[..rows * w].iter_mut().zip(&c.u2[..rows * w]) {
+        *r = if u > T::ZERO { u } else { T::ZERO };
+    }
+    let p = params.get();
+    let nout = nn.nout;
+    matmul(
+        &c.r2,
+        w,
+        rows,
+        w,
+        &p[nn.w3..nn.w3 + w * nout],
+        nout,
+        &mut c.o,
+        nout,
+        false,
+    );
+    exp3(&p[nn.logs3..nn.logs3 + nout], &mut c.e3);
+    let b3 = &p[nn.b3..nn.b3 + nout];
+    for i in 0..rows {
+        let row = &mut c.o[i * nout..(i + 1) * nout];
+        for ((v, &bb), &ee) in row.iter_mut().zip(b3).zip(&c.e3) {
+            *v = (*v + bb) * ee;
+        }
+    }
+}
+
+#[inline]
+fn sigmoid<T: Real>(x: T) -> T {
+    if x >= T::ZERO {
+        T::ONE / (T::ONE + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (T::ONE + e)
+    }
+}
+
+/// log(sigmoid(x)) = -softplus(-x), computed stably, in f64.
+#[inline]
+fn ln_sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        -(-x).exp().ln_1p()
+    } else {
+        x - x.exp().ln_1p()
+    }
+}
+
+fn step_forward<T: Real>(
+    coupling: Coupling,
+    params: &mut Params<'_, T>,
+    s: &StepArch,
+    x: &mut [T],
+    dim: usize,
+    rows: usize,
+    c: &mut StepCache<T>,
+    logdet: &mut [f64],
+) {
+    let ch = s.c;
+    // actnorm
+    let ld = actnorm_forward(params, s.an, x, dim, rows, &mut c.e, true);
+    for l in logdet[..rows].iter_mut() {
+        *l += ld;
+    }
+    // reversal, caching actnorm output and coupling input
+    for i in 0..rows {
+        let row = &mut x[i * dim..i * dim + ch];
+        c.act_out[i * ch..(i + 1) * ch].copy_from_slice(row);
+        row.reverse();
+        c.cin[i * ch..(i + 1) * ch].copy_from_slice(row);
+    }
+    // coupling
+    let cin = std::mem::take(&mut c.cin);
+    nn_forward(params, s.nn, &cin, ch, rows, c);
+    c.cin = cin;
+    let (c1, c2) = (s.c1, s.c2);
+    match coupling {
+        Coupling::Additive => {
+            for i in 0..rows {
+                let z2 = &mut x[i * dim + c1..i * dim + ch];
+                for (v, &o) in z2.iter_mut().zip(&c.o[i * c2..(i + 1) * c2]) {
+                    *v += o;
+                }
+            }
+        }
+        Coupling::Affine => {
+            let two = T::from_f64(2.0);
+            for i in 0..rows {
+                let z2 = &mut x[i * dim + c1..i * dim + ch];
+                let o = &c.o[i * 2 * c2..(i + 1) * 2 * c2];
+                let mut ld = 0.0;
+                for j in 0..c2 {
+                    let raw = o[2 * j + 1] + two;
+                    let sc = sigmoid(raw);
+                    let t = z2[j] + o[2 * j];
+                    c.aff_t[i * c2 + j] = t;
+                    c.aff_s[i * c2 + j] = sc;
+                    z2[j] = t * sc;
+                    ld += ln_sigmoid(raw.to_f64());
+                }
+                logdet[i] += ld;
+            }
+        }
+    }
+}
+
+/// Forward pass on the first `rows` rows of `ws.x` (in place): afterwards
+/// `ws.x` holds the latent (internal column order), `ws.logdet` and
+/// `ws.logp` the per-row log-determinant and standard-normal log-density.
+pub(crate) fn forward<T: Real>(
+    arch: &Arch,
+    mut params: Params<'_, T>,
+    ws: &mut Workspace<T>,
+    rows: usize,
+) {
+    debug_assert!(rows <= ws.cap);
+    let dim = arch.dim;
+    ws.logdet[..rows].fill(0.0);
+    for (s, c) in arch.steps().zip(ws.steps.iter_mut()) {
+        step_forward(
+            arch.coupling,
+            &mut params,
+            s,
+            &mut ws.x,
+            dim,
+            rows,
+            c,
+            &mut ws.logdet,
+        );
+    }
+    // Every latent column (split-off parts and top) has a standard normal prior.
+    for i in 0..rows {
+        let row = &ws.x[i * dim..(i + 1) * dim];
+        let ss: f64 = row.iter().map(|&v| v.to_f64() * v.to_f64()).sum();
+        ws.logp[i] = -0.5 * ss - 0.5 * LN_2PI * dim as f64;
+    }
+}
+
+/// Inverse pass on the first `rows` rows of `ws.x` (latent in internal
+/// column order) back to the input, in place.
+pub(crate) fn inverse<T: Real>(arch: &Arch, params: &[T], ws: &mut Workspace<T>, rows: usize) {
+    let dim = arch.dim;
+    let mut fixed = Params::Fixed(params);
+    let two = T::from_f64(2.0);
+    for (s, c) in arch.steps().rev().zip(ws.steps.iter_mut().rev()) {
+        let (ch, c1, c2) = (s.c, s.c1, s.c2);
+        // coupling inverse: z1 is unchanged, so the network output is recomputed.
+        for i in 0..rows {
+            c.cin[i * ch..i * ch + c1].copy_from_slice(&ws.x[i * dim..i * dim + c1]);
+        }
+        let cin = std::mem::take(&mut c.cin);
+        nn_forward(&mut fixed, s.nn, &cin, ch, rows, c);
+        c.cin = cin;
+        for i in 0..rows {
+            let z2 = &mut ws.x[i * dim + c1..i * dim + ch];
+            match arch.coupling {
+                Coupling::Additive => {
+                    for (v, &o) in z2.iter_mut().zip(&c.o[i * c2..(i + 1) * c2]) {
+                        *v -= o;
+                    }
+                }
+                Coupling::Affine => {
+                    let o = &c.o[i * 2 * c2..(i + 1) * 2 * c2];
+                    for j in 0..c2 {
+                        let sc = sigmoid(o[2 * j + 1] + two);
+                        z2[j] = z2[j] / sc - o[2 * j];
+                    }
+                }
+            }
+        }
+        // reversal inverse, then actnorm inverse
+        let b = &params[s.an.b..s.an.b + ch];
+        exp3(&params[s.an.logs..s.an.logs + ch], &mut c.e);
+        for i in 0..rows {
+            let row = &mut ws.x[i * dim..i * dim + ch];
+            row.reverse();
+            for ((v, &bb), &ee) in row.iter_mut().zip(b).zip(&c.e) {
+                *v = *v / ee - bb;
+            }
+        }
+    }
+}
+
+/// Backward pass of the mean NLL (bits per dimension) over the `rows` rows
+/// of the last `forward` (which must have run on the same parameters).
+/// Adds the gradient to `grads` (same layout as the parameters).
+pub(crate) fn backward<T: Real>(
+    arch: &Arch,
+    params: &[T],
+    ws: &mut Workspace<T>,
+    rows: usize,
+    grads: &mut [T],
+) {
+    let dim = arch.dim;
+    // loss = (1/rows) sum_i -(logp_i + logdet_i) / (dim ln 2)
+    let kappa = 1.0 / (rows as f64 * dim as f64 * std::f64::consts::LN_2);
+    let kappa_t = T::from_f64(kappa);
+    // d loss / d z = kappa * z for every latent column.
+    for (g, &z) in ws.g[..rows * dim].iter_mut().zip(&ws.x[..rows * dim]) {
+        *g = kappa_t * z;
+    }
+    let Workspace {
+        g,
+        steps,
+        d_o,
+        dq,
+        dr,
+        dh,
+        ..
+    } = ws;
+    for (s, c) in arch.steps().rev().zip(steps.iter_mut().rev()) {
+        let (ch, c1, c2) = (s.c, s.c1, s.c2);
+        let nout = s.nn.nout;
+        // coupling: gradient w.r.t. the network output, and z2's gradient.
+        match arch.coupling {
+            Coupling::Additive => {
+                for i in 0..rows {
+                    d_o[i * nout..(i + 1) * nout].copy_from_slice(&g[i * dim + c1..i * dim + ch]);
+                }
+            }
+            Coupling::Affine => {
+                for i in 0..rows {
+                    let gz2 = &mut g[i * dim + c1..i * dim + ch];
+                    let dor = &mut d_o[i * nout..(i + 1) * nout];
+                    for j in 0..c2 {
+                        let t = c.aff_t[i * c2 + j];
+                        let sc = c.aff_s[i * c2 + j];
+                        let gy = gz2[j];
+                        // y = t * sc, logdet += ln sc
+                        let dsc = gy * t - kappa_t / sc;
+                        dor[2 * j] = gy * sc;
+                        dor[2 * j + 1] = dsc * sc * (T::ONE - sc);
+                        gz2[j] = gy * sc;
+                    }
+                }
+            }
+        }
+        nn_backward(params, s.nn, ch, rows, c, d_o, dq, dr, dh, g, dim, grads);
+        // reversal
+        for i in 0..rows {
+            g[i * dim..i * dim + ch].reverse();
+        }
+        // actnorm: y = (x + b) * e, logdet = sum(3 logs)
+        let an = s.an;
+        let three = T::from_f64(LOGSCALE_FACTOR);
+        let logdet_grad = T::from_f64(-LOGSCALE_FACTOR * kappa * rows as f64);
+        for j in 0..ch {
+            grads[an.logs + j] += logdet_grad;
+        }
+        for i in 0..rows {
+            let grow = &mut g[i * dim..i * dim + ch];
+            let yrow = &c.act_out[i * ch..(i + 1) * ch];
+            for j in 0..ch {
+                grads[an.logs + j] += three * grow[j] * yrow[j];
+                grow[j] *= c.e[j];
+                grads[an.b + j] += grow[j];
+            }
+        }
+    }
+}
+
+/// Backward through the coupling network (its input z1 is the first
+/// `nin` columns of `c.cin`, row stride `z1_stride`). `d_o` holds d loss / d output
+/// (rows x nout); adds d loss / d z1 into `g` (columns `..nin`, stride `dim`).
+#[allow(clippy::too_many_arguments)]
+fn nn_backward<T: Real>(
+    params: &[T],
+    nn: NnIdx,
+    z1_stride: usize,
+    rows: usize,
+    c: &mut StepCache<T>,
+    d_o: &[T],
+    dq: &mut [T],
+    dr: &mut [T],
+    dh: &mut [T],
+    g: &mut [T],
+    dim: usize,
+    grads: &mut [T],
+) {
+    let (w, nout, nin) = (nn.width, nn.nout, nn.nin);
+    let three = T::from_f64(LOGSCALE_FACTOR);
+    // o = (q + b3) * e3, q = r2 . W3
+    for i in 0..rows {
+        let dorow = &d_o[i * nout..(i + 1) * nout];
+        let orow = &c.o[i * nout..(i + 1) * nout];
+        let dqrow = &mut dq[i * nout..(i + 1) * nout];
+        for k in 0..nout {
+            grads[nn.logs3 + k] += three * dorow[k] * orow[k];
+            dqrow[k] = dorow[k] * c.e3[k];
+            grads[nn.b3 + k] += dqrow[k];
+        }
+    }
+    matmul_tn_acc(
+        &c.r2,
+        w,
+        rows,
+        w,
+        dq,
+        nout,
+        nout,
+        &mut grads[nn.w3..nn.w3 + w * nout],
+    );
+    transpose(&params[nn.w3..nn.w3 + w * nout], w, nout, &mut c.w3t);
+    matmul(dq, nout, rows, nout, &c.w3t, w, dr, w, false);
+    // r2 = relu(u2), u2 = (h2 + b2) * e2
+    actnorm_relu_backward(nn.an2, &c.u2, &c.e2, rows, w, dr, dh, grads);
+    matmul_tn_acc(
+        &c.r1,
+        w,
+        rows,
+        w,
+        dh,
+        w,
+        w,
+        &mut grads[nn.w2..nn.w2 + w * w],
+    );
+    transpose(&params[nn.w2..nn.w2 + w * w], w, w, &mut c.w2t);
+    matmul(dh, w, rows, w, &c.w2t, w, dr, w, false);
+    actnorm_relu_backward(nn.an1, &c.u1, &c.e1, rows, w, dr, dh, grads);
+    matmul_tn_acc(
+        &c.cin,
+        z1_stride,
+        rows,
+        nin,
+        dh,
+        w,
+        w,
+        &mut grads[nn.w1..nn.w1 + nin * w],
+    );
+    transpose(&params[nn.w1..nn.w1 + nin * w], nin, w, &mut c.w1t);
+    matmul(dh, w, rows, w, &c.w1t, nin, g, dim, true);
+}
+
+/// Given d loss / d relu-output in `dr`, writes d loss / d (pre-actnorm
+/// input) into `dh` and accumulates the actnorm's parameter gradients.
+#[allow(clippy::too_many_arguments)]
+fn actnorm_relu_backward<T: Real>(
+    an: ActnormIdx,
+    u: &[T],
+    e: &[T],
+    rows: usize,
+    w: usize,
+    dr: &[T],
+    dh: &mut [T],
+    grads: &mut [T],
+) {
+    let three = T::from_f64(LOGSCALE_FACTOR);
+    for i in 0..rows {
+        let urow = &u[i * w..(i + 1) * w];
+        let drrow = &dr[i * w..(i + 1) * w];
+        let dhrow = &mut dh[i * w..(i + 1) * w];
+        for k in 0..w {
+            let du = if urow[k] > T::ZERO { drrow[k] } else { T::ZERO };
+            grads[an.logs + k] += three * du * urow[k];
+            dhrow[k] = du * e[k];
+            grads[an.b + k] += dhrow[k];
+        }
+    }
+}

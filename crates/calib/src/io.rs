@@ -1,0 +1,339 @@
+//! Saving and loading fitted calibrators: one `.safetensors` file each, the
+//! parameters as tensors and, under the `__metadata__` key
+//! [`METADATA_KEY`], a JSON header: `{"format": "bertflow-calibrator",
+//! "format_version": 1, "meta": CalibratorMeta, "calibrator": <the fitted
+//! calibrator's kind, hyper-parameters and dimensions>}`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CalibError, Result};
+use crate::{Calibrator, Fitted};
+
+/// Version of the file layout written by this crate.
+pub const FORMAT_VERSION: u32 = 1;
+/// The `__metadata__` key holding the JSON header.
+pub const METADATA_KEY: &str = "bertflow_calibrator";
+const FORMAT_NAME: &str = "bertflow-calibrator";
+
+/// Where a calibrator comes from; filled by the caller, stored in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalibratorMeta {
+    /// Identity of the embedding model (name, path or hash).
+    pub model: String,
+    /// Pooling used to build the embeddings (e.g. "mean", "cls", "first-last-avg").
+    pub pooling: String,
+    /// Embedding dimension the calibrator was fitted on.
+    pub input_dim: usize,
+    /// Number of sentences in the fit corpus.
+    pub fit_corpus_size: usize,
+    /// Seed used to fit (flows), if any.
+    pub seed: Option<u64>,
+    /// Version of bertflow that wrote the file.
+    pub bertflow_version: String,
+    /// File format version; `save` always writes [`FORMAT_VERSION`].
+    pub format_version: u32,
+}
+
+impl CalibratorMeta {
+    /// Metadata with this crate's version and format version and no seed.
+    pub fn new(
+        model: impl Into<String>,
+        pooling: impl Into<String>,
+        input_dim: usize,
+        fit_corpus_size: usize,
+    ) -> Self {
+        CalibratorMeta {
+            model: model.into(),
+            pooling: pooling.into(),
+            input_dim,
+            fit_corpus_size,
+            seed: None,
+            bertflow_version: env!("CARGO_PKG_VERSION").to_string(),
+            format_version: FORMAT_VERSION,
+        }
+    }
+
+    /// Sets the seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
+/// Checks that a saved calibrator can be applied to embeddings from `model`
+/// with `pooling` and dimension `dim`. A dimension mismatch is always an
+/// error; a model or pooling mismatch is an error unless `allow_mismatch`,
+/// in which case the tolerated mismatches are returned (for a warning).
+pub fn check_compatible(
+    meta: &CalibratorMeta,
+    model: &str,
+    pooling: &str,
+    dim: usize,
+    allow_mismatch: bool,
+) -> Result<Vec<String>> {
+    if meta.input_dim != dim {
+        return Err(CalibError::Incompatible(format!(
+            "the calibrator was fitted on {}-dimensional embeddings, these have {dim}",
+            meta.input_dim
+        )));
+    }
+    let mut mismatches = Vec::new();
+    if meta.model != model {
+        mismatches.push(format!(
+            "the calibrator was fitted on embeddings of model {:?}, not {model:?}",
+            meta.model
+        ));
+    }
+    if meta.pooling != pooling {
+        mismatches.push(format!(
+            "the calibrator was fitted with pooling {:?}, not {pooling:?}",
+            meta.pooling
+        ));
+    }
+    if !mismatches.is_empty() && !allow_mismatch {
+        return Err(CalibError::Incompatible(format!(
+            "{} (allow the mismatch to use it anyway)",
+            mismatches.join("; ")
+        )));
+    }
+    Ok(mismatches)
+}
+
+#[derive(Serialize)]
+struct FileHeaderRef<'a> {
+    format: &'a str,
+    format_version: u32,
+    meta: &'a CalibratorMeta,
+    calibrator: &'a Fitted,
+}
+
+#[derive(Deserialize)]
+struct FileHeader {
+    meta: CalibratorMeta,
+    calibrator: Fitted,
+}
+
+/// Collects named tensors for saving.
+#[derive(Default)]
+pub(crate) struct TensorWriter {
+    tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+}
+
+impl TensorWriter {
+    pub fn f64(&mut self, name: &str, shape: &[usize], data: impl Iterator<Item = f64>) {
+        let bytes = data.flat_map(|v| v.to_le_bytes()).collect();
+        self.tensors
+            .push((name.to_string(), Dtype::F64, shape.to_vec(), bytes));
+    }
+
+    pub fn f32(&mut self, name: &str, shape: &[usize], data: impl Iterator<Item = f32>) {
+        let bytes = data.flat_map(|v| v.to_le_bytes()).collect();
+        self.tensors
+            .push((name.to_string(), Dtype::F32, shape.to_vec(), bytes));
+    }
+}
+
+/// Reads named tensors of a loaded file, checking dtype, shape and
+/// finiteness, and that no tensor is left unused.
+pub(crate) struct TensorReader<'a> {
+    st: SafeTensors<'a>,
+    path: PathBuf,
+    used: BTreeSet<String>,
+}
+
+impl TensorReader<'_> {
+    pub fn format_error(&self, reason: String) -> CalibError {
+        CalibError::Format {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+
+    fn raw(&mut self, name: &str, dtype: Dtype, shape: &[usize]) -> Result<&[u8]> {
+        let view = self
+            .st
+            .tensor(name)
+            .map_err(|_| self.format_error(format!("missing tensor {name:?}")))?;
+        if view.dtype() != dtype {
+            return Err(self.format_error(format!(
+                "tensor {name:?} has dtype {:?}, expected {dtype:?}",
+                view.dtype()
+            )));
+        }
+        if view.shape() != shape {
+            return Err(self.format_error(format!(
+                "tensor {name:?} has shape {:?}, expected {shape:?}",
+                view.shape()
+            )));
+        }
+        self.used.insert(name.to_string());
+        Ok(view.data())
+    }
+
+    pub fn f64(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f64>> {
+        let v: Vec<f64> = self
+            .raw(name, Dtype::F64, shape)?
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect();
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(self.format_error(format!("tensor {name:?} has non-finite values")));
+        }
+        Ok(v)
+    }
+
+    pub fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let v: Vec<f32> = self
+            .raw(name, Dtype::F32, shape)?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(self.format_error(format!("tensor {name:?} has non-finite values")));
+        }
+        Ok(v)
+    }
+
+    fn finish(self) -> Result<()> {
+        let extra: Vec<String> = self
+            .st
+            .names()
+            .into_iter()
+            .filter(|n| !self.used.contains(*n))
+            .map(|n| n.to_string())
+            .collect();
+        if extra.is_empty() {
+            Ok(())
+        } else {
+            let mut extra = extra;
+            extra.sort();
+            Err(self.format_error(format!("unexpected tensors {extra:?}")))
+        }
+    }
+}
+
+/// Serialises a fitted calibrator and its metadata to safetensors bytes.
+pub(crate) fn to_bytes(fitted: &Fitted, meta: &CalibratorMeta) -> Result<Vec<u8>> {
+    if meta.input_dim != fitted.input_dim() {
+        return Err(CalibError::Meta(format!(
+            "meta.input_dim is {} but the calibrator takes {} dimensions",
+            meta.input_dim,
+            fitted.input_dim()
+        )));
+    }
+    let mut meta = meta.clone();
+    meta.format_version = FORMAT_VERSION;
+    let header = FileHeaderRef {
+        format: FORMAT_NAME,
+        format_version: FORMAT_VERSION,
+        meta: &meta,
+        calibrator: fitted,
+    };
+    let json = serde_json::to_string(&header)
+        .map_err(|e| CalibError::Meta(format!("cannot serialise the header: {e}")))?;
+    let mut w = TensorWriter::default();
+    fitted.write_tensors(&mut w);
+    let views = w
+        .tensors
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| CalibError::Meta(format!("cannot build tensors: {e}")))?;
+    let info = HashMap::from([(METADATA_KEY.to_string(), json)]);
+    safetensors::serialize(views, Some(info))
+        .map_err(|e| CalibError::Meta(format!("cannot serialise tensors: {e}")))
+}
+
+/// Parses safetensors bytes (`path` is only used in error messages).
+pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, CalibratorMeta)> {
+    let err = |reason: String| CalibError::Format {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        err(format!(
+            "not a readable safetensors file (damaged or truncated?): {e}"
+        ))
+    })?;
+    let (_, md) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| err(format!("unreadable safetensors header: {e}")))?;
+    let json = md
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get(METADATA_KEY))
+        .ok_or_else(|| {
+            err(format!(
+                "no {METADATA_KEY:?} entry in the metadata: not a bertflow calibrator"
+            ))
+        })?;
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| err(format!("header is not JSON: {e}")))?;
+    if value.get("format").and_then(|v| v.as_str()) != Some(FORMAT_NAME) {
+        return Err(err(format!(
+            "header does not declare format {FORMAT_NAME:?}"
+        )));
+    }
+    match value.get("format_version").and_then(|v| v.as_u64()) {
+        Some(v) if v <= FORMAT_VERSION as u64 && v >= 1 => {}
+        Some(v) => {
+            return Err(err(format!(
+                "format version {v} is not supported (this bertflow reads up to {FORMAT_VERSION})"
+            )))
+        }
+        None => return Err(err("header has no format_version".into())),
+    }
+    let header: FileHeader =
+        serde_json::from_value(value).map_err(|e| err(format!("invalid header: {e}")))?;
+    let mut fitted = header.calibrator;
+    let mut reader = TensorReader {
+        st,
+        path: path.to_path_buf(),
+        used: BTreeSet::new(),
+    };
+    fitted.read_tensors(&mut reader)?;
+    reader.finish()?;
+    if header.meta.input_dim != fitted.input_dim() {
+        return Err(err(format!(
+            "meta.input_dim {} does not match the calibrator's input dimension {}",
+            header.meta.input_dim,
+            fitted.input_dim()
+        )));
+    }
+    Ok((fitted, header.meta))
+}
+
+/// Writes a calibrator file (via a temporary file renamed into place).
+pub fn save(fitted: &Fitted, path: impl AsRef<Path>, meta: &CalibratorMeta) -> Result<()> {
+    let path = path.as_ref();
+    let bytes = to_bytes(fitted, meta)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let io = |source| CalibError::Io {
+        action: "writing",
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(&tmp, &bytes).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+/// Reads a calibrator file written by [`save`].
+pub fn load(path: impl AsRef<Path>) -> Result<(Fitted, CalibratorMeta)> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|source| CalibError::Io {
+        action: "reading",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    from_bytes(&bytes, path)
+}
