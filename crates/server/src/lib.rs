@@ -1,1 +1,241 @@
-//! bertflow-server (work in progress)
+//! # bertflow-server
+//!
+//! An HTTP server for calibrated BERT sentence embeddings. It does not depend
+//! on the model code: the caller implements [`EmbedBackend`] (the `bertflow`
+//! CLI does so with the BERT encoder plus calibrator) and hands it to
+//! [`serve`], [`serve_addr`] or [`run`].
+//!
+//! ## Endpoints
+//!
+//! Every error comes back in OpenAI's shape,
+//! `{"error": {"message": "...", "type": "...", "param": ..., "code": "..."}}`,
+//! with the status from the table in [`ApiError`]. Request bodies are parsed as
+//! JSON whatever their Content-Type; unknown fields are refused (422) so that
+//! a typo such as `"topk"` is not silently ignored.
+//!
+//! ### `POST /v1/embeddings` (OpenAI embeddings shape)
+//!
+//! ```text
+//! curl -s http://127.0.0.1:8080/v1/embeddings -H 'Content-Type: application/json' \
+//!   -d '{"input": ["A man is playing a guitar.", "A woman is slicing onions."]}'
+//! ```
+//!
+//! Request fields: `input` (a string or an array of strings; required),
+//! `model` (optional, echoed back; defaults to the backend's model id),
+//! `encoding_format` (`"float"`, the default, or `"base64"`: the
+//! little-endian f32 bytes of the vector, base64 with padding), `dimensions`
+//! (optional, `1..=dimension`: the vector is cut to its first `dimensions`
+//! components, a plain prefix that is *not* re-normalised), `user` (accepted
+//! and ignored). bertflow vectors are **not** L2-normalised: calibrated spaces
+//! are compared by cosine, so normalise on the client if you need unit
+//! vectors. Response: `{"object": "list", "data": [{"object": "embedding",
+//! "index": 0, "embedding": [...]}, ...], "model": "...", "usage":
+//! {"prompt_tokens": N, "total_tokens": N}, "truncated": [indices]}`, where
+//! `usage` counts the tokens the model saw (after truncation) and the
+//! bertflow extension `truncated` lists the inputs cut at the model's
+//! `max_len`.
+//!
+//! ### `POST /similarity`
+//!
+//! ```text
+//! curl -s http://127.0.0.1:8080/similarity -H 'Content-Type: application/json' \
+//!   -d '{"source": "A man is playing a guitar.", "targets": ["A man plays guitar.", "A cat sleeps."]}'
+//! ```
+//!
+//! Either `{"pairs": [[a, b], ...]}` or `{"source": a, "targets": [b, ...]}`;
+//! answers `{"scores": [...]}`, the cosine of each pair (computed in f64; 0
+//! when a vector is zero). Each text counts as one input against
+//! `max_inputs_per_request` (two per pair).
+//!
+//! ### `POST /search`
+//!
+//! ```text
+//! curl -s http://127.0.0.1:8080/search -H 'Content-Type: application/json' \
+//!   -d '{"query": "someone plays an instrument", "top_k": 3}'
+//! ```
+//!
+//! Exact (brute-force) cosine search over the corpus given in
+//! [`ServerConfig::corpus`], embedded at start-up through the backend.
+//! `{"query": q, "top_k": k}` answers `{"results": [{"index": i, "text":
+//! "...", "score": s}, ...]}`, best first (ties: lower index first);
+//! `{"queries": [q, ...]}` answers `{"results": [[...], ...]}`, one list per
+//! query. `top_k` defaults to 10, must be in `1..=max_top_k`, and is capped at
+//! the corpus size. Without a corpus the answer is **404** with code
+//! `no_corpus`: the request is well-formed, but this server has no index to
+//! search, as it has no route to one (422 would tell the client to fix its
+//! request, which cannot help).
+//!
+//! ### `GET /health`
+//!
+//! ```text
+//! curl -s http://127.0.0.1:8080/health
+//! ```
+//!
+//! `{"status": "ok"}` while the server accepts requests.
+//!
+//! ### `GET /info`
+//!
+//! ```text
+//! curl -s http://127.0.0.1:8080/info
+//! ```
+//!
+//! Model id, pooling, calibrator, dimension, max_len, `normalized` (always
+//! false), every limit, `corpus_size` (null without a corpus) and the current
+//! `load` (queued inputs and requests, busy workers, batches run).
+//!
+//! ## Batching, back-pressure, shutdown
+//!
+//! Inputs of concurrent requests are packed into one [`EmbedBackend::embed`]
+//! call up to [`ServerConfig::max_batch_tokens`] (token counts from
+//! [`EmbedBackend::tokenize_len`] clamped to `max_len`) and
+//! [`ServerConfig::max_batch_size`]; larger requests are split across batches
+//! and reassembled in order. The queue holds at most
+//! [`ServerConfig::max_queue_inputs`] waiting inputs; a request that does not
+//! fit is answered 429 at once (with `Retry-After: 1`). On shutdown the
+//! server stops accepting connections, answers every request already received
+//! (queued ones included), stops its workers and returns.
+
+mod api;
+mod backend;
+mod batcher;
+mod config;
+mod error;
+mod index;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+pub use backend::{BackendError, BackendInfo, EmbedBackend, Embedded};
+pub use batcher::Load;
+pub use config::ServerConfig;
+pub use error::{ApiError, ServerError};
+pub use index::Hit;
+
+use api::AppState;
+use batcher::{BatchLimits, Batcher};
+use index::CorpusIndex;
+
+/// Serve on `listener` until `shutdown` completes, then stop accepting,
+/// finish every request already received and return.
+///
+/// Before accepting anything, validates `config` and the backend's
+/// [`BackendInfo`], and embeds [`ServerConfig::corpus`] (if any) through the
+/// backend; connections arriving meanwhile wait in the listener's backlog.
+pub async fn serve(
+    backend: Arc<dyn EmbedBackend>,
+    mut config: ServerConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    config.validate()?;
+    let info = backend.info();
+    if info.dimension == 0 || info.max_len == 0 {
+        return Err(ServerError::Config(format!(
+            "the backend reports dimension {} and max_len {}; both must be at least 1",
+            info.dimension, info.max_len
+        )));
+    }
+
+    let index = match config.corpus.take() {
+        None => None,
+        Some(corpus) => {
+            let backend = Arc::clone(&backend);
+            let (dimension, max_len) = (info.dimension, info.max_len);
+            let (tokens, size) = (config.max_batch_tokens, config.max_batch_size);
+            let built = tokio::task::spawn_blocking(move || {
+                CorpusIndex::build(backend.as_ref(), corpus, dimension, max_len, tokens, size)
+            })
+            .await
+            .map_err(|e| ServerError::Corpus(format!("indexing task failed: {e}")))??;
+            Some(built)
+        }
+    };
+
+    let batcher = Batcher::start(
+        Arc::clone(&backend),
+        info.dimension,
+        BatchLimits {
+            max_batch_tokens: config.max_batch_tokens,
+            max_batch_size: config.max_batch_size,
+            max_queue_inputs: config.max_queue_inputs,
+        },
+        config.workers,
+    )?;
+    let state = Arc::new(AppState {
+        backend,
+        info,
+        config,
+        batcher,
+        index,
+    });
+
+    let served = axum::serve(listener, api::router(Arc::clone(&state)))
+        .with_graceful_shutdown(shutdown)
+        .await;
+
+    // Every connection is closed, so every request has been answered: the
+    // queue is empty. Stop the workers and wait for them.
+    let stopping = Arc::clone(&state);
+    let joined = tokio::task::spawn_blocking(move || stopping.batcher.shutdown()).await;
+    served?;
+    joined.map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+    Ok(())
+}
+
+/// Bind `host:port` and [`serve`] until SIGTERM or Ctrl-C (see
+/// [`shutdown_signal`]). Prints the bound address to stderr.
+pub async fn serve_addr(
+    backend: Arc<dyn EmbedBackend>,
+    config: ServerConfig,
+    host: &str,
+    port: u16,
+) -> Result<(), ServerError> {
+    let listener = TcpListener::bind((host, port)).await?;
+    eprintln!(
+        "bertflow-server listening on http://{}",
+        listener.local_addr()?
+    );
+    serve(backend, config, listener, shutdown_signal()).await
+}
+
+/// Blocking convenience for synchronous callers such as the CLI: build a
+/// multi-threaded tokio runtime and run [`serve_addr`] on it.
+pub fn run(
+    backend: Arc<dyn EmbedBackend>,
+    config: ServerConfig,
+    host: &str,
+    port: u16,
+) -> Result<(), ServerError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("bertflow-http")
+        .build()?;
+    runtime.block_on(serve_addr(backend, config, host, port))
+}
+
+/// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM. A signal whose handler
+/// cannot be installed is ignored (it can then never fire).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

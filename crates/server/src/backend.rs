@@ -1,0 +1,72 @@
+//! The model-facing side of the server: a synchronous, object-safe trait that
+//! the CLI implements with the real BERT encoder and calibrator.
+
+use serde::Serialize;
+
+/// Static description of the model behind a backend, reported by `GET /info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BackendInfo {
+    /// Model identifier, e.g. `bert-base-uncased`. Echoed as `model` when a
+    /// request does not name one.
+    pub model_id: String,
+    /// Pooling strategy, e.g. `mean`, `cls`, `first-last-avg`.
+    pub pooling: String,
+    /// Calibrator description (e.g. `flow(...)`, `whitening(k=256)`), or
+    /// `None` for raw pooled BERT vectors.
+    pub calibrator: Option<String>,
+    /// Length of every embedding vector. Must be at least 1.
+    pub dimension: usize,
+    /// Maximum sequence length in tokens, special tokens included; longer
+    /// inputs are truncated by the backend. Must be at least 1.
+    pub max_len: usize,
+}
+
+/// One embedded input, as returned by [`EmbedBackend::embed`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    /// The (calibrated) sentence vector; `BackendInfo::dimension` long.
+    pub vector: Vec<f32>,
+    /// Tokens the model actually saw, special tokens included, i.e. after
+    /// truncation at `max_len`.
+    pub tokens: usize,
+    /// Whether the input was cut at the model's maximum length.
+    pub truncated: bool,
+}
+
+/// Failure of the backend; reported to clients as HTTP 500.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BackendError {
+    /// Human-readable cause.
+    pub message: String,
+}
+
+impl BackendError {
+    /// A backend error with the given message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+/// A synchronous sentence-embedding model.
+///
+/// The server never calls these methods on its async executor: `embed` runs
+/// on dedicated worker threads, `tokenize_len` on tokio's blocking pool, so
+/// an implementation may freely run blocking math. The trait is object safe
+/// and is used as `Arc<dyn EmbedBackend>`.
+pub trait EmbedBackend: Send + Sync + 'static {
+    /// Model description. Called once at start-up; must not change afterwards.
+    fn info(&self) -> BackendInfo;
+
+    /// Number of tokens of `text`, special tokens included, *before*
+    /// truncation. Should be cheap (tokenisation only): the server uses it to
+    /// pack batches under a token budget (clamped to `max_len`).
+    fn tokenize_len(&self, text: &str) -> usize;
+
+    /// Embed a batch of texts in one forward pass. Must return exactly one
+    /// [`Embedded`] per input, in input order, each `dimension` long; the
+    /// server answers 500 otherwise. A panic is caught and answered 500 too.
+    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError>;
+}

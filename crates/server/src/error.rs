@@ -1,0 +1,238 @@
+//! Errors: [`ApiError`] is what a client sees (one variant per row of the
+//! status-code table, one `IntoResponse`), [`ServerError`] what `serve`
+//! returns.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// An error answered to a client, in OpenAI's error shape:
+/// `{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`.
+///
+/// | variant | status | `type` | `code` |
+/// |---|---|---|---|
+/// | `InvalidJson` | 400 | `invalid_request_error` | `invalid_json` |
+/// | `EmptyInput` | 400 | `invalid_request_error` | `empty_input` |
+/// | `NoCorpus` | 404 | `not_found_error` | `no_corpus` |
+/// | `NotFound` | 404 | `not_found_error` | `not_found` |
+/// | `MethodNotAllowed` | 405 | `invalid_request_error` | `method_not_allowed` |
+/// | `BodyTooLarge` | 413 | `invalid_request_error` | `body_too_large` |
+/// | `TooManyInputs` | 413 | `invalid_request_error` | `too_many_inputs` |
+/// | `InvalidField` | 422 | `invalid_request_error` | `invalid_field` |
+/// | `InputTooLong` | 422 | `invalid_request_error` | `input_too_long` |
+/// | `Overloaded` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
+/// | `Backend` | 500 | `server_error` | `backend_error` |
+/// | `Internal` | 500 | `server_error` | `internal_error` |
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not valid JSON.
+    #[error("malformed JSON body: {0}")]
+    InvalidJson(String),
+    /// An empty string or an empty array where inputs are expected.
+    #[error("{message}")]
+    EmptyInput {
+        /// The offending field.
+        param: String,
+        /// Explanation.
+        message: String,
+    },
+    /// `/search` was called but the server was started without a corpus.
+    #[error("no search corpus is configured on this server; start it with a corpus to use /search")]
+    NoCorpus,
+    /// No such route.
+    #[error("no route for {0}")]
+    NotFound(String),
+    /// The route exists but not with this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// The body exceeds `max_body_bytes`.
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// `max_body_bytes`.
+        limit: usize,
+    },
+    /// More inputs in one request than `max_inputs_per_request`.
+    #[error("{count} inputs in one request exceed the limit of {limit}")]
+    TooManyInputs {
+        /// Inputs in the request.
+        count: usize,
+        /// `max_inputs_per_request`.
+        limit: usize,
+    },
+    /// A field is missing, unknown, of the wrong type or out of range.
+    #[error("{message}")]
+    InvalidField {
+        /// The offending field, when known.
+        param: Option<String>,
+        /// Explanation.
+        message: String,
+    },
+    /// One input is longer than `max_chars_per_input` characters.
+    #[error("input {index} has {chars} characters, more than the limit of {limit}")]
+    InputTooLong {
+        /// The offending field.
+        param: String,
+        /// Index of the input in its list.
+        index: usize,
+        /// Its length in characters.
+        chars: usize,
+        /// `max_chars_per_input`.
+        limit: usize,
+    },
+    /// The queue cannot take the request's inputs now.
+    #[error("server overloaded: the queue holds {queued} of at most {limit} inputs and cannot take {requested} more; retry later")]
+    Overloaded {
+        /// Inputs waiting when the request arrived.
+        queued: usize,
+        /// `max_queue_inputs`.
+        limit: usize,
+        /// Inputs of the rejected request.
+        requested: usize,
+    },
+    /// The backend failed.
+    #[error("embedding backend failed: {0}")]
+    Backend(String),
+    /// Anything else that is the server's fault.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// Shorthand for [`ApiError::InvalidField`].
+    pub(crate) fn invalid(param: Option<&str>, message: impl Into<String>) -> Self {
+        ApiError::InvalidField {
+            param: param.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`ApiError::EmptyInput`].
+    pub(crate) fn empty(param: &str, message: impl Into<String>) -> Self {
+        ApiError::EmptyInput {
+            param: param.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// The single status/type/code table.
+    pub fn status_type_code(&self) -> (StatusCode, &'static str, &'static str) {
+        use ApiError::*;
+        const INVALID: &str = "invalid_request_error";
+        match self {
+            InvalidJson(_) => (StatusCode::BAD_REQUEST, INVALID, "invalid_json"),
+            EmptyInput { .. } => (StatusCode::BAD_REQUEST, INVALID, "empty_input"),
+            NoCorpus => (StatusCode::NOT_FOUND, "not_found_error", "no_corpus"),
+            NotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "not_found"),
+            MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                INVALID,
+                "method_not_allowed",
+            ),
+            BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "body_too_large"),
+            TooManyInputs { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "too_many_inputs"),
+            InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_field"),
+            InputTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "input_too_long"),
+            Overloaded { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "overloaded"),
+            Backend(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "backend_error",
+            ),
+            Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+            ),
+        }
+    }
+
+    fn param(&self) -> Option<&str> {
+        match self {
+            ApiError::EmptyInput { param, .. } | ApiError::InputTooLong { param, .. } => {
+                Some(param)
+            }
+            ApiError::InvalidField { param, .. } => param.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    message: String,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: &'a str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, kind, code) = self.status_type_code();
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                kind,
+                param: self.param(),
+                code,
+            },
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// Why [`crate::serve`] could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A limit in `ServerConfig` or a value in `BackendInfo` is unusable.
+    #[error("invalid server configuration: {0}")]
+    Config(String),
+    /// Binding or serving failed.
+    #[error("server I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Embedding the search corpus at start-up failed.
+    #[error("indexing the search corpus failed: {0}")]
+    Corpus(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_maps_classes_to_statuses() {
+        let cases = [
+            (ApiError::InvalidJson("x".into()), 400),
+            (ApiError::empty("input", "x"), 400),
+            (ApiError::NoCorpus, 404),
+            (ApiError::BodyTooLarge { limit: 1 }, 413),
+            (ApiError::TooManyInputs { count: 2, limit: 1 }, 413),
+            (ApiError::invalid(Some("dimensions"), "x"), 422),
+            (
+                ApiError::Overloaded {
+                    queued: 1,
+                    limit: 1,
+                    requested: 1,
+                },
+                429,
+            ),
+            (ApiError::Backend("x".into()), 500),
+            (ApiError::Internal("x".into()), 500),
+        ];
+        for (error, status) in cases {
+            assert_eq!(error.status_type_code().0.as_u16(), status, "{error:?}");
+            assert_eq!(error.into_response().status().as_u16(), status);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Cosine similarity and the exact (brute-force) search index.
+
+use ndarray::Array2;
+use serde::Serialize;
+
+use crate::backend::EmbedBackend;
+use crate::batcher::{embed_checked, plan_batches};
+use crate::error::ServerError;
+
+/// Cosine similarity computed in f64; 0 when either vector is zero.
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        dot += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    if aa == 0.0 || bb == 0.0 {
+        return 0.0;
+    }
+    dot / (aa.sqrt() * bb.sqrt())
+}
+
+/// `v / |v|` in f64; the zero vector stays zero (so its scores are 0).
+fn unit(v: &[f32]) -> Vec<f64> {
+    let norm = v
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    if norm == 0.0 {
+        return vec![0.0; v.len()];
+    }
+    v.iter().map(|&x| f64::from(x) / norm).collect()
+}
+
+/// One search result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// Position of the sentence in the corpus.
+    pub index: usize,
+    /// The corpus sentence.
+    pub text: String,
+    /// Cosine similarity to the query.
+    pub score: f64,
+}
+
+/// The corpus sentences with their unit-normalised embeddings, one per row
+/// (normalised in f64, stored in f32: scores are exact to about 1e-6).
+pub(crate) struct CorpusIndex {
+    texts: Vec<String>,
+    vectors: Array2<f32>,
+}
+
+impl CorpusIndex {
+    /// Embed `texts` through `backend` in batches under the token budget.
+    /// Blocking: call it from a blocking thread.
+    pub(crate) fn build(
+        backend: &dyn EmbedBackend,
+        texts: Vec<String>,
+        dimension: usize,
+        max_len: usize,
+        max_batch_tokens: usize,
+        max_batch_size: usize,
+    ) -> Result<Self, ServerError> {
+        let costs: Vec<usize> = texts
+            .iter()
+            .map(|t| backend.tokenize_len(t).min(max_len))
+            .collect();
+        let mut vectors = Array2::<f32>::zeros((texts.len(), dimension));
+        for range in plan_batches(&costs, max_batch_tokens, max_batch_size) {
+            let embedded = embed_checked(backend, &texts[range.clone()], dimension)
+                .map_err(ServerError::Corpus)?;
+            for (row, e) in range.zip(embedded) {
+                for (slot, x) in vectors.row_mut(row).iter_mut().zip(unit(&e.vector)) {
+                    *slot = x as f32;
+                }
+            }
+        }
+        Ok(Self { texts, vectors })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// The `top_k` corpus sentences most similar to `query`, by cosine, best
+    /// first (ties: lower index first). Exact.
+    pub(crate) fn search(&self, query: &[f32], top_k: usize) -> Vec<Hit> {
+        let q: ndarray::Array1<f32> = unit(query).into_iter().map(|x| x as f32).collect();
+        let scores = self.vectors.dot(&q);
+        let mut ranked: Vec<(usize, f64)> = scores
+            .iter()
+            .map(|&s| f64::from(s))
+            .enumerate()
+            .collect();
+        let order = |a: &(usize, f64), b: &(usize, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let k = top_k.min(ranked.len());
+        if k == 0 {
+            return Vec::new();
+        }
+        if k < ranked.len() {
+            ranked.select_nth_unstable_by(k - 1, order);
+            ranked.truncate(k);
+        }
+        ranked.sort_unstable_by(order);
+        ranked
+            .into_iter()
+            .map(|(index, score)| Hit {
+                index,
+                text: self.texts[index].clone(),
+                score,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cosine_basics() {
+        assert!((cosine(&[1.0, 0.0], &[2.0, 0.0]) - 1.0).abs() < 1e-12);
+        assert!(cosine(&[1.0, 0.0], &[0.0, 3.0]).abs() < 1e-12);
+        assert!((cosine(&[1.0, 1.0], &[-1.0, -1.0]) + 1.0).abs() < 1e-12);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 2.0]), 0.0);
+    }
+
+    #[test]
+    fn search_ranks_exactly() {
+        let index = CorpusIndex {
+            texts: vec!["a".into(), "b".into(), "c".into(), "zero".into()],
+            vectors: ndarray::array![
+                [1.0, 0.0],
+                [0.0, 1.0],
+                [std::f32::consts::FRAC_1_SQRT_2, std::f32::consts::FRAC_1_SQRT_2],
+                [0.0, 0.0]
+            ],
+        };
+        let hits = index.search(&[1.0, 0.1], 3);
+        let order: Vec<usize> = hits.iter().map(|h| h.index).collect();
+        assert_eq!(order, vec![0, 2, 1]);
+        assert!((hits[0].score - cosine(&[1.0, 0.1], &[1.0, 0.0])).abs() < 1e-6);
+        assert_eq!(index.search(&[1.0, 0.0], 10).len(), 4);
+        assert_eq!(index.search(&[1.0, 0.0], 10)[3].score, 0.0);
+    }
+}
