@@ -29,6 +29,9 @@ pub(crate) mod arch;
 pub(crate) mod net;
 pub(crate) mod train;
 
+#[cfg(test)]
+mod tests;
+
 use ndarray::{Array1, Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
