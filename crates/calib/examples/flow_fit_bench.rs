@@ -26,6 +26,14 @@ impl Gen {
     }
 }
 
+/// CPU time of this thread in seconds (Linux), to tell the cost of the fit
+/// from time spent waiting for a busy machine.
+fn thread_cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: f64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns * 1e-9)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(Ok(29_500), |s| s.parse())?;
@@ -52,9 +60,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec: CalibSpec = "flow".parse()?;
     let mut last = None;
     let mut opts = FitOptions::new().with_progress(|p| last = Some(p));
+    let cpu0 = thread_cpu_seconds();
     let start = Instant::now();
     let fitted = fit(&spec, x.view(), &mut opts)?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
     drop(opts);
     let p = last.ok_or("no progress reported")?;
     println!(
@@ -63,6 +73,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         p.total_steps,
         1e3 * secs / p.total_steps as f64
     );
+    if let Some(cpu) = cpu {
+        println!("fit CPU time {cpu:.3} s (wall {secs:.3} s)");
+    }
     println!("{}", fitted.describe());
     let start = Instant::now();
     let z = fitted.transform(x.view())?;

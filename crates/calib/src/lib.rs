@@ -14,9 +14,7 @@
 //! | `flow[:...]`   | BERT-flow (Li et al. 2020), see [`FlowConfig`] and [`spec`]       |
 //!
 //! ```no_run
-//! use bertflow_calib::{fit, load, CalibSpec, Calibrator, CalibratorMeta, FitOptions};
-//! # fn main() -> Result<(), bertflow_calibrator_doc::E> { Ok(()) }
-//! # mod bertflow_calibrator_doc { pub type E = Box<dyn std::error::Error>; }
+//! use bertflow_calib::{check_compatible, fit, load, CalibSpec, Calibrator, CalibratorMeta, FitOptions};
 //! # fn demo(x: ndarray::Array2<f32>) -> Result<(), Box<dyn std::error::Error>> {
 //! let spec: CalibSpec = "flow:epochs=1,seed=42".parse()?;
 //! let mut opts = FitOptions::new().with_progress(|p| {
@@ -26,6 +24,7 @@
 //! let meta = CalibratorMeta::new("all-MiniLM-L6-v2", "mean", x.ncols(), x.nrows()).with_seed(42);
 //! fitted.save("flow.safetensors", &meta)?;
 //! let (again, meta) = load("flow.safetensors")?;
+//! check_compatible(&meta, "all-MiniLM-L6-v2", "mean", x.ncols(), false)?;
 //! let y = again.transform(x.view())?;
 //! # Ok(()) }
 //! ```

@@ -371,7 +371,7 @@ impl Natsv {
         if self.mean.len() != self.dim || self.directions.dim() != (self.dim, self.removed) {
             return Err(not_loaded("natsv"));
         }
-        let xc = x - &self.mean.view().insert_axis(Axis(0));
+        let xc = x - self.mean.view().insert_axis(Axis(0));
         let proj = xc.dot(&self.directions);
         Ok(xc - proj.dot(&self.directions.t()))
     }

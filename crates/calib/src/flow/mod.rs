@@ -26,6 +26,7 @@
 //! the split-off parts, level 0 first, then the top latent.
 
 pub(crate) mod arch;
+mod kernels;
 pub(crate) mod net;
 pub(crate) mod train;
 

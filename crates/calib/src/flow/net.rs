@@ -7,6 +7,7 @@
 //! it splits off stay where they are (see `Arch::out_perm`).
 
 use super::arch::{ActnormIdx, Arch, NnIdx, StepArch};
+use super::kernels::{matmul, matmul_tn_acc};
 use crate::real::Real;
 use crate::spec::Coupling;
 use crate::stats::ZERO_VARIANCE_RTOL;
@@ -145,66 +146,6 @@ impl<T> Params<'_, T> {
         match self {
             Params::Fixed(p) => p,
             Params::Init { params, .. } => params,
-        }
-    }
-}
-
-/// out[i, ..n] = a[i, ..k] . w (k x n) for i < rows (or += when `acc`).
-#[inline]
-#[allow(clippy::too_many_arguments)]
-fn matmul<T: Real>(
-    a: &[T],
-    a_stride: usize,
-    rows: usize,
-    k: usize,
-    w: &[T],
-    n: usize,
-    out: &mut [T],
-    out_stride: usize,
-    acc: bool,
-) {
-    for i in 0..rows {
-        let arow = &a[i * a_stride..i * a_stride + k];
-        let orow = &mut out[i * out_stride..i * out_stride + n];
-        if !acc {
-            orow.fill(T::ZERO);
-        }
-        for (kk, &av) in arow.iter().enumerate() {
-            if av == T::ZERO {
-                continue;
-            }
-            let wrow = &w[kk * n..kk * n + n];
-            for (o, &wv) in orow.iter_mut().zip(wrow) {
-                *o += av * wv;
-            }
-        }
-    }
-}
-
-/// dw (k x n) += a[.., ..k]^T . d[.., ..n] over `rows` rows.
-#[inline]
-#[allow(clippy::too_many_arguments)]
-fn matmul_tn_acc<T: Real>(
-    a: &[T],
-    a_stride: usize,
-    rows: usize,
-    k: usize,
-    d: &[T],
-    d_stride: usize,
-    n: usize,
-    dw: &mut [T],
-) {
-    for i in 0..rows {
-        let arow = &a[i * a_stride..i * a_stride + k];
-        let drow = &d[i * d_stride..i * d_stride + n];
-        for (kk, &av) in arow.iter().enumerate() {
-            if av == T::ZERO {
-                continue;
-            }
-            let dwrow = &mut dw[kk * n..kk * n + n];
-            for (o, &dv) in dwrow.iter_mut().zip(drow) {
-                *o += av * dv;
-            }
         }
     }
 }
@@ -415,6 +356,7 @@ fn ln_sigmoid(x: f64) -> f64 {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn step_forward<T: Real>(
     coupling: Coupling,
     params: &mut Params<'_, T>,
@@ -616,13 +558,20 @@ pub(crate) fn backward<T: Real>(
         for j in 0..ch {
             grads[an.logs + j] += logdet_grad;
         }
+        let (gb, gl) = actnorm_grads(grads, an);
         for i in 0..rows {
             let grow = &mut g[i * dim..i * dim + ch];
             let yrow = &c.act_out[i * ch..(i + 1) * ch];
-            for j in 0..ch {
-                grads[an.logs + j] += three * grow[j] * yrow[j];
-                grow[j] *= c.e[j];
-                grads[an.b + j] += grow[j];
+            for ((((gv, &y), &e), gbj), glj) in grow
+                .iter_mut()
+                .zip(yrow)
+                .zip(&c.e)
+                .zip(gb.iter_mut())
+                .zip(gl.iter_mut())
+            {
+                *glj += three * *gv * y;
+                *gv *= e;
+                *gbj += *gv;
             }
         }
     }
@@ -649,14 +598,23 @@ fn nn_backward<T: Real>(
     let (w, nout, nin) = (nn.width, nn.nout, nn.nin);
     let three = T::from_f64(LOGSCALE_FACTOR);
     // o = (q + b3) * e3, q = r2 . W3
+    debug_assert_eq!(nn.logs3, nn.b3 + nout);
+    let (gb3, gl3) = grads[nn.b3..nn.b3 + 2 * nout].split_at_mut(nout);
     for i in 0..rows {
         let dorow = &d_o[i * nout..(i + 1) * nout];
         let orow = &c.o[i * nout..(i + 1) * nout];
         let dqrow = &mut dq[i * nout..(i + 1) * nout];
-        for k in 0..nout {
-            grads[nn.logs3 + k] += three * dorow[k] * orow[k];
-            dqrow[k] = dorow[k] * c.e3[k];
-            grads[nn.b3 + k] += dqrow[k];
+        for (((((dqv, &dov), &ov), &e), gb), gl) in dqrow
+            .iter_mut()
+            .zip(dorow)
+            .zip(orow)
+            .zip(&c.e3)
+            .zip(gb3.iter_mut())
+            .zip(gl3.iter_mut())
+        {
+            *gl += three * dov * ov;
+            *dqv = dov * e;
+            *gb += *dqv;
         }
     }
     matmul_tn_acc(
@@ -700,6 +658,13 @@ fn nn_backward<T: Real>(
     matmul(dh, w, rows, w, &c.w1t, nin, g, dim, true);
 }
 
+/// The gradient slices of an actnorm's bias and log-scale (stored one
+/// after the other).
+fn actnorm_grads<T>(grads: &mut [T], an: ActnormIdx) -> (&mut [T], &mut [T]) {
+    debug_assert_eq!(an.logs, an.b + an.n);
+    grads[an.b..an.b + 2 * an.n].split_at_mut(an.n)
+}
+
 /// Given d loss / d relu-output in `dr`, writes d loss / d (pre-actnorm
 /// input) into `dh` and accumulates the actnorm's parameter gradients.
 #[allow(clippy::too_many_arguments)]
@@ -714,15 +679,23 @@ fn actnorm_relu_backward<T: Real>(
     grads: &mut [T],
 ) {
     let three = T::from_f64(LOGSCALE_FACTOR);
+    let (gb, gl) = actnorm_grads(grads, an);
     for i in 0..rows {
         let urow = &u[i * w..(i + 1) * w];
         let drrow = &dr[i * w..(i + 1) * w];
         let dhrow = &mut dh[i * w..(i + 1) * w];
-        for k in 0..w {
-            let du = if urow[k] > T::ZERO { drrow[k] } else { T::ZERO };
-            grads[an.logs + k] += three * du * urow[k];
-            dhrow[k] = du * e[k];
-            grads[an.b + k] += dhrow[k];
+        for (((((dhv, &uv), &drv), &ev), gbk), glk) in dhrow
+            .iter_mut()
+            .zip(urow)
+            .zip(drrow)
+            .zip(e)
+            .zip(gb.iter_mut())
+            .zip(gl.iter_mut())
+        {
+            let du = if uv > T::ZERO { drv } else { T::ZERO };
+            *glk += three * du * uv;
+            *dhv = du * ev;
+            *gbk += *dhv;
         }
     }
 }

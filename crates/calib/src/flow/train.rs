@@ -37,7 +37,12 @@ fn gather(x: ArrayView2<f32>, idx: &[usize], ws: &mut Workspace<f32>, dim: usize
 }
 
 fn first_non_finite(v: &[f32]) -> Option<usize> {
-    v.iter().position(|x| !x.is_finite())
+    // A branch-free scan first (it vectorises); the position only on failure.
+    if v.iter().fold(false, |bad, x| bad | !x.is_finite()) {
+        v.iter().position(|x| !x.is_finite())
+    } else {
+        None
+    }
 }
 
 /// Trains a flow. `max_steps` (tests only) stops early.
