@@ -1,1 +1,41 @@
-//! bertflow-analysis (work in progress)
+//! # bertflow-analysis
+//!
+//! Analyses of a sentence-embedding space, as used to study BERT-flow
+//! (Li et al., EMNLP 2020, "On the Sentence Embeddings from Pre-trained
+//! Language Models") and other post-hoc calibrations such as whitening:
+//!
+//! * [`anisotropy()`]: mean cosine of random sentence pairs and to the mean vector;
+//! * [`spectrum()`]: normalised singular values, variance shares, effective rank;
+//! * [`lexical_bias()`] and [`edit_distance`]: do similarities follow surface overlap?
+//! * [`alignment_uniformity`]: Wang & Isola (2020);
+//! * [`frequency_geometry`]: word-embedding norm and kNN distance per frequency bucket.
+//!
+//! The crate is pure computation: it receives embeddings as
+//! `ndarray::ArrayView2<f32>` (one row per sentence or token) and returns
+//! serde-serialisable results. Sampling uses its own SplitMix64 generator so
+//! that results for a seed do not depend on dependency versions. Bad input is
+//! reported as an [`AnalysisError`], never a panic.
+
+pub mod align_uniform;
+pub mod anisotropy;
+pub mod error;
+pub mod frequency;
+pub mod lexical;
+mod linalg;
+pub mod rng;
+pub mod spectrum;
+pub mod stats;
+
+pub use align_uniform::{
+    alignment, alignment_uniformity, uniformity, AlignmentUniformity, UniformityMode,
+};
+pub use anisotropy::{anisotropy, Anisotropy};
+pub use error::{AnalysisError, Result};
+pub use frequency::{
+    frequency_geometry, FrequencyBucket, FrequencyConfig, FrequencyGeometry, TokenPoint,
+};
+pub use lexical::{
+    char_edit_distance, char_tokens, edit_distance, lexical_bias, word_edit_distance, word_tokens,
+    LexicalBias,
+};
+pub use spectrum::{spectrum, Spectrum, SpectrumSummary};
