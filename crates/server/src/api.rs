@@ -66,7 +66,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
         let value: Value =
             serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
         if !value.is_object() {
-            return Err(ApiError::invalid(None, "the request body must be a JSON object"));
+            return Err(ApiError::invalid(
+                None,
+                "the request body must be a JSON object",
+            ));
         }
         serde_json::from_value(value)
             .map(ApiJson)
@@ -78,15 +81,17 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
 // Input validation shared by the endpoints.
 
 /// Check one text: non-empty (400) and not too long (422).
-fn check_text(text: &str, param: &str, index: usize, max_chars: usize) -> Result<(), ApiError> {
+fn check_text(text: &str, param: &str, max_chars: usize) -> Result<(), ApiError> {
     if text.is_empty() {
-        return Err(ApiError::empty(param, format!("{param} is an empty string")));
+        return Err(ApiError::empty(
+            param,
+            format!("{param} is an empty string"),
+        ));
     }
     let chars = text.chars().count();
     if chars > max_chars {
         return Err(ApiError::InputTooLong {
             param: param.to_owned(),
-            index,
             chars,
             limit: max_chars,
         });
@@ -109,7 +114,7 @@ fn parse_input(input: Value, config: &ServerConfig) -> Result<Vec<String>, ApiEr
     let max_chars = config.max_chars_per_input;
     match input {
         Value::String(text) => {
-            check_text(&text, "input", 0, max_chars)?;
+            check_text(&text, "input", max_chars)?;
             Ok(vec![text])
         }
         Value::Array(items) => {
@@ -122,7 +127,7 @@ fn parse_input(input: Value, config: &ServerConfig) -> Result<Vec<String>, ApiEr
                 .enumerate()
                 .map(|(i, item)| match item {
                     Value::String(text) => {
-                        check_text(&text, &format!("input[{i}]"), i, max_chars)?;
+                        check_text(&text, &format!("input[{i}]"), max_chars)?;
                         Ok(text)
                     }
                     other => Err(ApiError::invalid(
@@ -307,6 +312,10 @@ struct SimilarityRequest {
     targets: Option<Vec<String>>,
 }
 
+/// Texts to embed (each with the field it came from) and, per score, the
+/// indices of its two texts.
+type ScoringPlan = (Vec<(String, String)>, Vec<(usize, usize)>);
+
 #[derive(Serialize)]
 struct SimilarityResponse {
     scores: Vec<f64>,
@@ -317,44 +326,51 @@ async fn similarity(
     ApiJson(request): ApiJson<SimilarityRequest>,
 ) -> AppResult<SimilarityResponse> {
     // Flatten to a list of texts plus, for each score, the two text indices.
-    let (texts, pairs): (Vec<(String, &'static str)>, Vec<(usize, usize)>) =
-        match (request.pairs, request.source, request.targets) {
-            (Some(pairs), None, None) => {
-                if pairs.is_empty() {
-                    return Err(ApiError::empty("pairs", "pairs is an empty array"));
-                }
-                check_count(pairs.len().saturating_mul(2), &state.config)?;
-                let n = pairs.len();
-                let texts = pairs
-                    .into_iter()
-                    .flat_map(|(a, b)| [(a, "pairs"), (b, "pairs")])
-                    .collect();
-                (texts, (0..n).map(|i| (2 * i, 2 * i + 1)).collect())
+    let (texts, pairs): ScoringPlan = match (request.pairs, request.source, request.targets) {
+        (Some(pairs), None, None) => {
+            if pairs.is_empty() {
+                return Err(ApiError::empty("pairs", "pairs is an empty array"));
             }
-            (None, Some(source), Some(targets)) => {
-                if targets.is_empty() {
-                    return Err(ApiError::empty("targets", "targets is an empty array"));
-                }
-                check_count(targets.len().saturating_add(1), &state.config)?;
-                let n = targets.len();
-                let texts = std::iter::once((source, "source"))
-                    .chain(targets.into_iter().map(|t| (t, "targets")))
-                    .collect();
-                (texts, (1..=n).map(|i| (0, i)).collect())
+            check_count(pairs.len().saturating_mul(2), &state.config)?;
+            let n = pairs.len();
+            let texts = pairs
+                .into_iter()
+                .enumerate()
+                .flat_map(|(k, (a, b))| {
+                    [(a, format!("pairs[{k}][0]")), (b, format!("pairs[{k}][1]"))]
+                })
+                .collect();
+            (texts, (0..n).map(|i| (2 * i, 2 * i + 1)).collect())
+        }
+        (None, Some(source), Some(targets)) => {
+            if targets.is_empty() {
+                return Err(ApiError::empty("targets", "targets is an empty array"));
             }
-            _ => {
-                return Err(ApiError::invalid(
-                    None,
-                    "give either \"pairs\" or both \"source\" and \"targets\"",
-                ))
-            }
-        };
+            check_count(targets.len().saturating_add(1), &state.config)?;
+            let n = targets.len();
+            let texts = std::iter::once((source, "source".to_owned()))
+                .chain(
+                    targets
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, t)| (t, format!("targets[{k}]"))),
+                )
+                .collect();
+            (texts, (1..=n).map(|i| (0, i)).collect())
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                None,
+                "give either \"pairs\" or both \"source\" and \"targets\"",
+            ))
+        }
+    };
     // Validate, and embed each distinct text once.
     let mut unique: Vec<String> = Vec::new();
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut slot = Vec::with_capacity(texts.len());
-    for (i, (text, param)) in texts.into_iter().enumerate() {
-        check_text(&text, param, i, state.config.max_chars_per_input)?;
+    for (text, param) in texts {
+        check_text(&text, &param, state.config.max_chars_per_input)?;
         let next = unique.len();
         let at = *seen.entry(text.clone()).or_insert(next);
         if at == next {
@@ -418,7 +434,7 @@ async fn search(
     let max_chars = state.config.max_chars_per_input;
     let (queries, single) = match (request.query, request.queries) {
         (Some(query), None) => {
-            check_text(&query, "query", 0, max_chars)?;
+            check_text(&query, "query", max_chars)?;
             (vec![query], true)
         }
         (None, Some(queries)) => {
@@ -427,7 +443,7 @@ async fn search(
             }
             check_count(queries.len(), &state.config)?;
             for (i, q) in queries.iter().enumerate() {
-                check_text(q, &format!("queries[{i}]"), i, max_chars)?;
+                check_text(q, &format!("queries[{i}]"), max_chars)?;
             }
             (queries, false)
         }

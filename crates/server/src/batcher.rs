@@ -34,7 +34,9 @@ type Reply = oneshot::Sender<Result<Vec<Embedded>, ApiError>>;
 /// data consistent, and the backend (the only code that may panic) never runs
 /// under a lock.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Batching limits.
@@ -92,7 +94,8 @@ impl Job {
             *slot = Some(embedded);
         }
         if progress.remaining == 0 {
-            let results: Option<Vec<Embedded>> = progress.results.iter_mut().map(Option::take).collect();
+            let results: Option<Vec<Embedded>> =
+                progress.results.iter_mut().map(Option::take).collect();
             let answer = results.ok_or_else(|| ApiError::Internal("lost an embedding".into()));
             if let Some(reply) = progress.reply.take() {
                 // The client may have gone away; nothing to do then.
@@ -190,7 +193,9 @@ impl Batcher {
         }
         let mut state = lock(&self.shared.state);
         if state.closed {
-            return Err(ApiError::Internal("the embedding workers have stopped".into()));
+            return Err(ApiError::Internal(
+                "the embedding workers have stopped".into(),
+            ));
         }
         let limit = self.shared.limits.max_queue_inputs;
         if state.queued_inputs + n > limit {
@@ -321,10 +326,7 @@ fn next_batch(shared: &Shared) -> Option<Vec<(Arc<Job>, usize)>> {
 }
 
 fn run_batch(shared: &Shared, batch: &[(Arc<Job>, usize)]) {
-    let texts: Vec<String> = batch
-        .iter()
-        .map(|(job, i)| job.texts[*i].clone())
-        .collect();
+    let texts: Vec<String> = batch.iter().map(|(job, i)| job.texts[*i].clone()).collect();
     match embed_checked(shared.backend.as_ref(), &texts, shared.dimension) {
         Ok(embedded) => deliver(batch, embedded),
         Err(message) => {
@@ -394,7 +396,11 @@ pub(crate) fn embed_checked(
 
 /// Split inputs with the given token costs into consecutive batches under the
 /// limits (the same greedy rule the workers use). Used to index the corpus.
-pub(crate) fn plan_batches(costs: &[usize], max_tokens: usize, max_size: usize) -> Vec<Range<usize>> {
+pub(crate) fn plan_batches(
+    costs: &[usize],
+    max_tokens: usize,
+    max_size: usize,
+) -> Vec<Range<usize>> {
     let mut batches = Vec::new();
     let mut start = 0;
     let mut tokens = 0usize;
@@ -420,7 +426,10 @@ mod tests {
     fn plan_respects_token_budget_and_size() {
         assert_eq!(plan_batches(&[], 10, 4), Vec::<Range<usize>>::new());
         assert_eq!(plan_batches(&[4, 4, 4, 4], 8, 10), vec![0..2, 2..4]);
-        assert_eq!(plan_batches(&[1, 1, 1, 1, 1], 100, 2), vec![0..2, 2..4, 4..5]);
+        assert_eq!(
+            plan_batches(&[1, 1, 1, 1, 1], 100, 2),
+            vec![0..2, 2..4, 4..5]
+        );
         // An input over the budget runs alone.
         assert_eq!(plan_batches(&[2, 50, 2], 10, 10), vec![0..1, 1..2, 2..3]);
     }

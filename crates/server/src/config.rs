@@ -126,7 +126,9 @@ mod tests {
             max_batch_tokens: 0,
             ..ServerConfig::default()
         };
-        assert!(matches!(zero.validate(), Err(ServerError::Config(m)) if m.contains("max_batch_tokens")));
+        assert!(
+            matches!(zero.validate(), Err(ServerError::Config(m)) if m.contains("max_batch_tokens"))
+        );
         let small_queue = ServerConfig {
             max_inputs_per_request: 10,
             max_queue_inputs: 9,

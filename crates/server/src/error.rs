@@ -37,7 +37,9 @@ pub enum ApiError {
         message: String,
     },
     /// `/search` was called but the server was started without a corpus.
-    #[error("no search corpus is configured on this server; start it with a corpus to use /search")]
+    #[error(
+        "no search corpus is configured on this server; start it with a corpus to use /search"
+    )]
     NoCorpus,
     /// No such route.
     #[error("no route for {0}")]
@@ -68,12 +70,10 @@ pub enum ApiError {
         message: String,
     },
     /// One input is longer than `max_chars_per_input` characters.
-    #[error("input {index} has {chars} characters, more than the limit of {limit}")]
+    #[error("{param} has {chars} characters, more than the limit of {limit}")]
     InputTooLong {
         /// The offending field.
         param: String,
-        /// Index of the input in its list.
-        index: usize,
         /// Its length in characters.
         chars: usize,
         /// `max_chars_per_input`.
@@ -132,7 +132,11 @@ impl ApiError {
             TooManyInputs { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "too_many_inputs"),
             InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_field"),
             InputTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "input_too_long"),
-            Overloaded { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "overloaded"),
+            Overloaded { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "overloaded",
+            ),
             Backend(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",

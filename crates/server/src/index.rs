@@ -90,11 +90,8 @@ impl CorpusIndex {
     pub(crate) fn search(&self, query: &[f32], top_k: usize) -> Vec<Hit> {
         let q: ndarray::Array1<f32> = unit(query).into_iter().map(|x| x as f32).collect();
         let scores = self.vectors.dot(&q);
-        let mut ranked: Vec<(usize, f64)> = scores
-            .iter()
-            .map(|&s| f64::from(s))
-            .enumerate()
-            .collect();
+        let mut ranked: Vec<(usize, f64)> =
+            scores.iter().map(|&s| f64::from(s)).enumerate().collect();
         let order = |a: &(usize, f64), b: &(usize, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let k = top_k.min(ranked.len());
         if k == 0 {
@@ -135,7 +132,10 @@ mod tests {
             vectors: ndarray::array![
                 [1.0, 0.0],
                 [0.0, 1.0],
-                [std::f32::consts::FRAC_1_SQRT_2, std::f32::consts::FRAC_1_SQRT_2],
+                [
+                    std::f32::consts::FRAC_1_SQRT_2,
+                    std::f32::consts::FRAC_1_SQRT_2
+                ],
                 [0.0, 0.0]
             ],
         };

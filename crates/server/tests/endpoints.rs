@@ -2,7 +2,6 @@
 
 mod common;
 
-
 use base64::Engine as _;
 use bertflow_server::ServerConfig;
 use common::{assert_error, cosine, floats, vector_of, Fake, TestServer, DIM};
@@ -101,7 +100,10 @@ async fn embeddings_dimensions_is_a_prefix() {
     let s = server().await;
     let full = vector_of("prefix me");
     let (status, body) = s
-        .post("/v1/embeddings", &json!({"input": "prefix me", "dimensions": 3}))
+        .post(
+            "/v1/embeddings",
+            &json!({"input": "prefix me", "dimensions": 3}),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(floats(&body["data"][0]), full[..3].to_vec());
@@ -126,7 +128,10 @@ async fn embeddings_dimensions_is_a_prefix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeddings_report_truncation_and_count_truncated_tokens() {
     let s = TestServer::start(Fake::new(6), ServerConfig::default()).await;
-    let texts = ["short one", "this input has far too many words for the model"];
+    let texts = [
+        "short one",
+        "this input has far too many words for the model",
+    ];
     let (status, body) = s.post("/v1/embeddings", &json!({"input": texts})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["truncated"], json!([1]));
@@ -158,7 +163,10 @@ async fn similarity_pairs_and_source_targets() {
 
     let targets = ["one", "two words", "three more words"];
     let (status, body) = s
-        .post("/similarity", &json!({"source": "query", "targets": targets}))
+        .post(
+            "/similarity",
+            &json!({"source": "query", "targets": targets}),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     let scores = body["scores"].as_array().unwrap();
@@ -211,7 +219,9 @@ async fn search_returns_exact_top_k_in_order() {
     }
 
     // top_k larger than the corpus returns the whole corpus.
-    let (_, body) = s.post("/search", &json!({"query": "x", "top_k": 500})).await;
+    let (_, body) = s
+        .post("/search", &json!({"query": "x", "top_k": 500}))
+        .await;
     assert_eq!(body["results"].as_array().unwrap().len(), corpus.len());
     s.stop().await;
 }
@@ -236,7 +246,10 @@ async fn health_and_info() {
         info["limits"]["max_inputs_per_request"],
         defaults.max_inputs_per_request
     );
-    assert_eq!(info["limits"]["max_batch_tokens"], defaults.max_batch_tokens);
+    assert_eq!(
+        info["limits"]["max_batch_tokens"],
+        defaults.max_batch_tokens
+    );
     assert_eq!(info["limits"]["max_body_bytes"], defaults.max_body_bytes);
     assert_eq!(info["load"]["queued_inputs"], 0);
     s.stop().await;
@@ -286,12 +299,18 @@ async fn too_many_inputs_is_413() {
     };
     let s = TestServer::start(Fake::new(512), config).await;
     let (status, body) = s
-        .post("/v1/embeddings", &json!({"input": ["a", "b", "c", "d", "e"]}))
+        .post(
+            "/v1/embeddings",
+            &json!({"input": ["a", "b", "c", "d", "e"]}),
+        )
         .await;
     assert_error(status, &body, 413, "too_many_inputs");
     // Two texts per pair: 3 pairs are 6 inputs.
     let (status, body) = s
-        .post("/similarity", &json!({"pairs": [["a", "b"], ["c", "d"], ["e", "f"]]}))
+        .post(
+            "/similarity",
+            &json!({"pairs": [["a", "b"], ["c", "d"], ["e", "f"]]}),
+        )
         .await;
     assert_error(status, &body, 413, "too_many_inputs");
     // At the limit it is fine.
@@ -313,7 +332,12 @@ async fn body_too_large_is_413() {
     let (status, body) = s.post_raw("/v1/embeddings", big).await;
     assert_error(status, &body, 413, "body_too_large");
     // Without a Content-Length (chunked), the limit still applies.
-    let (status, body) = chunked_post(s.addr, "/v1/embeddings", &["{\"input\": \"", &"x".repeat(4000), "\"}"]).await;
+    let (status, body) = chunked_post(
+        s.addr,
+        "/v1/embeddings",
+        &["{\"input\": \"", &"x".repeat(4000), "\"}"],
+    )
+    .await;
     assert_error(status, &body, 413, "body_too_large");
     s.stop().await;
 }
@@ -352,25 +376,85 @@ async fn invalid_fields_are_422() {
     let s = TestServer::start(Fake::new(512), config.clone()).await;
     let cases = [
         ("/v1/embeddings", json!({"input": 5}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": [1, 2, 3]}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": ["a", null]}), "invalid_field"),
+        (
+            "/v1/embeddings",
+            json!({"input": [1, 2, 3]}),
+            "invalid_field",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"input": ["a", null]}),
+            "invalid_field",
+        ),
         ("/v1/embeddings", json!({"model": "m"}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": "a", "encoding_format": "hex"}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": "a", "dimensions": 0}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": "a", "dimensions": DIM + 1}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": "a", "dimensions": -3}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": "a", "dimensions": "4"}), "invalid_field"),
+        (
+            "/v1/embeddings",
+            json!({"input": "a", "encoding_format": "hex"}),
+            "invalid_field",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"input": "a", "dimensions": 0}),
+            "invalid_field",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"input": "a", "dimensions": DIM + 1}),
+            "invalid_field",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"input": "a", "dimensions": -3}),
+            "invalid_field",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"input": "a", "dimensions": "4"}),
+            "invalid_field",
+        ),
         ("/v1/embeddings", json!({"inputs": "a"}), "invalid_field"),
-        ("/v1/embeddings", json!({"input": "a", "extra": 1}), "invalid_field"),
+        (
+            "/v1/embeddings",
+            json!({"input": "a", "extra": 1}),
+            "invalid_field",
+        ),
         ("/v1/embeddings", json!(["a"]), "invalid_field"),
-        ("/v1/embeddings", json!({"input": "x".repeat(51)}), "input_too_long"),
-        ("/v1/embeddings", json!({"input": ["ok", "é".repeat(51)]}), "input_too_long"),
+        (
+            "/v1/embeddings",
+            json!({"input": "x".repeat(51)}),
+            "input_too_long",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"input": ["ok", "é".repeat(51)]}),
+            "input_too_long",
+        ),
         ("/similarity", json!({"source": "a"}), "invalid_field"),
-        ("/similarity", json!({"pairs": [["a", "b"]], "source": "a", "targets": ["b"]}), "invalid_field"),
-        ("/similarity", json!({"pairs": [["a", "b", "c"]]}), "invalid_field"),
-        ("/search", json!({"query": "a", "top_k": 0}), "invalid_field"),
-        ("/search", json!({"query": "a", "top_k": 1_000_000}), "invalid_field"),
-        ("/search", json!({"query": "a", "queries": ["b"]}), "invalid_field"),
+        (
+            "/similarity",
+            json!({"pairs": [["a", "b"]], "source": "a", "targets": ["b"]}),
+            "invalid_field",
+        ),
+        (
+            "/similarity",
+            json!({"pairs": [["a", "b", "c"]]}),
+            "invalid_field",
+        ),
+        (
+            "/search",
+            json!({"query": "a", "top_k": 0}),
+            "invalid_field",
+        ),
+        (
+            "/search",
+            json!({"query": "a", "top_k": 1_000_000}),
+            "invalid_field",
+        ),
+        (
+            "/search",
+            json!({"query": "a", "queries": ["b"]}),
+            "invalid_field",
+        ),
         ("/search", json!({"query": "a", "topk": 3}), "invalid_field"),
     ];
     for (path, request, code) in cases {
@@ -383,6 +467,17 @@ async fn invalid_fields_are_422() {
         .post("/v1/embeddings", &json!({"input": "a", "dimensions": 0}))
         .await;
     assert_eq!(body["error"]["param"], "dimensions");
+    let (_, body) = s
+        .post("/v1/embeddings", &json!({"input": ["ok", "x".repeat(51)]}))
+        .await;
+    assert_eq!(body["error"]["param"], "input[1]");
+    let (_, body) = s
+        .post(
+            "/similarity",
+            &json!({"pairs": [["a", "b"], ["c", "x".repeat(51)]]}),
+        )
+        .await;
+    assert_eq!(body["error"]["param"], "pairs[1][1]");
     // Exactly at the character limit is fine (50 two-byte characters).
     let (status, _) = s
         .post("/v1/embeddings", &json!({"input": "é".repeat(50)}))
@@ -410,7 +505,10 @@ async fn backend_failure_and_panic_are_500_and_the_server_survives() {
     assert_error(status, &body, 500, "backend_error");
     assert_eq!(body["error"]["type"], "server_error");
     let (status, body) = s
-        .post("/similarity", &json!({"source": "PANIC now", "targets": ["x"]}))
+        .post(
+            "/similarity",
+            &json!({"source": "PANIC now", "targets": ["x"]}),
+        )
         .await;
     assert_error(status, &body, 500, "backend_error");
     // The worker is still alive.

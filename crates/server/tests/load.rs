@@ -51,7 +51,11 @@ async fn concurrent_clients_get_their_own_vectors_and_requests_are_batched() {
                 assert_eq!(data.len(), texts.len());
                 for (i, (item, want)) in data.iter().zip(&direct).enumerate() {
                     assert_eq!(item["index"], i);
-                    assert_eq!(floats(item), want.vector, "client {client} request {request}");
+                    assert_eq!(
+                        floats(item),
+                        want.vector,
+                        "client {client} request {request}"
+                    );
                 }
                 let tokens: usize = direct.iter().map(|e| e.tokens).sum();
                 assert_eq!(body["usage"]["prompt_tokens"], tokens);
@@ -125,7 +129,11 @@ async fn queued_requests_are_packed_into_one_batch() {
     }
     let batches = fake.batches();
     assert_eq!(batches.len(), 2, "{batches:?}");
-    assert_eq!(batches[1].len(), 6, "the three queued requests share one batch");
+    assert_eq!(
+        batches[1].len(),
+        6,
+        "the three queued requests share one batch"
+    );
     Arc::try_unwrap(s).ok().expect("unshared").stop().await;
 }
 
@@ -174,12 +182,18 @@ async fn a_failing_input_does_not_fail_the_requests_batched_with_it() {
     s.wait_load(|l| l["busy_workers"] == 1).await;
     let bad = tokio::spawn({
         let s = Arc::clone(&s);
-        async move { s.post("/v1/embeddings", &json!({"input": ["ok", "FAIL me"]})).await }
+        async move {
+            s.post("/v1/embeddings", &json!({"input": ["ok", "FAIL me"]}))
+                .await
+        }
     });
     s.wait_load(|l| l["queued_requests"] == 1).await;
     let good = tokio::spawn({
         let s = Arc::clone(&s);
-        async move { s.post("/v1/embeddings", &json!({"input": "innocent"})).await }
+        async move {
+            s.post("/v1/embeddings", &json!({"input": "innocent"}))
+                .await
+        }
     });
     s.wait_load(|l| l["queued_requests"] == 2).await;
     fake.gate.set_closed(false);
@@ -206,7 +220,7 @@ async fn overload_answers_429_promptly_and_the_rest_succeed() {
     };
     let s = Arc::new(TestServer::start(fake.clone(), config).await);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, u16, Value)>();
-    for i in 0..32 {
+    let send = |i: usize| {
         let s = Arc::clone(&s);
         let tx = tx.clone();
         tokio::spawn(async move {
@@ -215,10 +229,16 @@ async fn overload_answers_429_promptly_and_the_rest_succeed() {
                 .await;
             let _ = tx.send((i, status, body));
         });
+    };
+    // The first request occupies the (stuck) worker...
+    send(0);
+    s.wait_load(|l| l["busy_workers"] == 1).await;
+    // ...then a burst of 31: two fit in the queue, 29 are refused while the
+    // backend is still stuck, i.e. without waiting for it.
+    for i in 1..32 {
+        send(i);
     }
     drop(tx);
-    // One batch runs (blocked) and two inputs fit in the queue: the other 29
-    // are refused while the backend is still stuck, i.e. without waiting.
     for _ in 0..29 {
         let (_, status, body) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
@@ -252,7 +272,10 @@ async fn overload_sends_retry_after() {
     let s = Arc::new(TestServer::start(fake.clone(), config).await);
     let held = tokio::spawn({
         let s = Arc::clone(&s);
-        async move { s.post("/v1/embeddings", &json!({"input": ["a", "b", ]})).await }
+        async move {
+            s.post("/v1/embeddings", &json!({"input": ["a", "b", ]}))
+                .await
+        }
     });
     // "a" runs, "b" waits: one queued input, so two more cannot fit.
     s.wait_load(|l| l["busy_workers"] == 1 && l["queued_inputs"] == 1)
@@ -315,7 +338,10 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
     }
     assert!(refused, "still accepting connections after shutdown");
     // ...but the server waits for the requests it has.
-    assert!(!s.handle.is_finished(), "serve returned with requests in flight");
+    assert!(
+        !s.handle.is_finished(),
+        "serve returned with requests in flight"
+    );
     fake.gate.set_closed(false);
     for task in tasks {
         let (text, status, body) = task.await.unwrap();
@@ -328,4 +354,41 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(fake.started.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_abandoned_by_their_client_are_not_embedded() {
+    let fake = Fake::new(512);
+    fake.gate.set_closed(true);
+    let s = Arc::new(TestServer::start(fake.clone(), ServerConfig::default()).await);
+    let first = tokio::spawn({
+        let s = Arc::clone(&s);
+        async move { s.post("/v1/embeddings", &json!({"input": "first"})).await }
+    });
+    s.wait_load(|l| l["busy_workers"] == 1).await;
+    // A client that gives up while its request waits in the queue.
+    let impatient = s
+        .client
+        .post(s.url("/v1/embeddings"))
+        .json(&json!({"input": "abandoned"}))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the request should still be queued");
+    let (status, body) = {
+        let kept = tokio::spawn({
+            let s = Arc::clone(&s);
+            async move { s.post("/v1/embeddings", &json!({"input": "kept"})).await }
+        });
+        s.wait_load(|l| l["queued_requests"] == 2).await;
+        // Give the server a moment to notice the closed connection.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fake.gate.set_closed(false);
+        assert_eq!(first.await.unwrap().0, 200);
+        kept.await.unwrap()
+    };
+    assert_eq!(status, 200, "{body}");
+    let embedded: Vec<String> = fake.batches().concat();
+    assert_eq!(embedded, vec!["first".to_owned(), "kept".to_owned()]);
+    Arc::try_unwrap(s).ok().expect("unshared").stop().await;
 }

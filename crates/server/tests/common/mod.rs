@@ -39,7 +39,11 @@ pub fn vector_of(text: &str) -> Vec<f32> {
 }
 
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum();
     let na: f64 = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
     if na == 0.0 || nb == 0.0 {
@@ -184,7 +188,10 @@ impl TestServer {
             .unwrap();
         let status = response.status().as_u16();
         let bytes = response.bytes().await.unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
