@@ -526,3 +526,45 @@ async fn unknown_route_and_wrong_method_use_the_error_shape() {
     assert_error(status, &body, 405, "method_not_allowed");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_is_indexed_in_batches_and_start_up_errors_are_reported() {
+    // Indexing goes through the backend under the same batch limits.
+    let fake = Fake::new(512);
+    let config = ServerConfig {
+        corpus: Some(corpus()),
+        max_batch_size: 3,
+        ..ServerConfig::default()
+    };
+    let s = TestServer::start(fake.clone(), config).await;
+    let (status, _) = s.get("/health").await;
+    assert_eq!(status, 200);
+    let batches = fake.batches();
+    assert_eq!(batches.concat(), corpus());
+    assert!(batches.iter().all(|b| b.len() <= 3), "{batches:?}");
+    s.stop().await;
+
+    // A backend failure while indexing stops start-up with an error.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = ServerConfig {
+        corpus: Some(vec!["fine".into(), "FAIL here".into()]),
+        ..ServerConfig::default()
+    };
+    let result = bertflow_server::serve(Fake::new(512), config, listener, async {}).await;
+    assert!(
+        matches!(result, Err(bertflow_server::ServerError::Corpus(_))),
+        "{result:?}"
+    );
+
+    // So does an unusable configuration.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = ServerConfig {
+        workers: 0,
+        ..ServerConfig::default()
+    };
+    let result = bertflow_server::serve(Fake::new(512), config, listener, async {}).await;
+    assert!(
+        matches!(result, Err(bertflow_server::ServerError::Config(_))),
+        "{result:?}"
+    );
+}
