@@ -8,7 +8,8 @@
 //! * [`spectrum()`]: normalised singular values, variance shares, effective rank;
 //! * [`lexical_bias()`] and [`edit_distance`]: do similarities follow surface overlap?
 //! * [`alignment_uniformity`]: Wang & Isola (2020);
-//! * [`frequency_geometry`]: word-embedding norm and kNN distance per frequency bucket.
+//! * [`frequency_geometry`]: word-embedding norm and kNN distance per frequency bucket;
+//! * [`plot`]: PNG/SVG figures with plotters and a bundled font (no system libraries).
 //!
 //! The crate is pure computation: it receives embeddings as
 //! `ndarray::ArrayView2<f32>` (one row per sentence or token) and returns
@@ -19,9 +20,11 @@
 pub mod align_uniform;
 pub mod anisotropy;
 pub mod error;
+pub mod figures;
 pub mod frequency;
 pub mod lexical;
 mod linalg;
+pub mod plot;
 pub mod rng;
 pub mod spectrum;
 pub mod stats;
@@ -31,6 +34,9 @@ pub use align_uniform::{
 };
 pub use anisotropy::{anisotropy, Anisotropy};
 pub use error::{AnalysisError, Result};
+pub use figures::{
+    norm_vs_rank_figure, similarity_vs_edit_figure, similarity_vs_gold_figure, spectrum_figure,
+};
 pub use frequency::{
     frequency_geometry, FrequencyBucket, FrequencyConfig, FrequencyGeometry, TokenPoint,
 };
@@ -38,4 +44,5 @@ pub use lexical::{
     char_edit_distance, char_tokens, edit_distance, lexical_bias, word_edit_distance, word_tokens,
     LexicalBias,
 };
+pub use plot::{render_png, render_svg, Figure, LegendPosition, Series, SeriesKind};
 pub use spectrum::{spectrum, Spectrum, SpectrumSummary};
