@@ -9,7 +9,8 @@
 //! * [`lexical_bias()`] and [`edit_distance`]: do similarities follow surface overlap?
 //! * [`alignment_uniformity`]: Wang & Isola (2020);
 //! * [`frequency_geometry`]: word-embedding norm and kNN distance per frequency bucket;
-//! * [`plot`]: PNG/SVG figures with plotters and a bundled font (no system libraries).
+//! * [`plot`]: PNG/SVG figures with plotters and a bundled font (no system libraries);
+//! * [`report`]: a self-contained HTML report and a Markdown twin.
 //!
 //! The crate is pure computation: it receives embeddings as
 //! `ndarray::ArrayView2<f32>` (one row per sentence or token) and returns
@@ -19,12 +20,14 @@
 
 pub mod align_uniform;
 pub mod anisotropy;
+mod base64;
 pub mod error;
 pub mod figures;
 pub mod frequency;
 pub mod lexical;
 mod linalg;
 pub mod plot;
+pub mod report;
 pub mod rng;
 pub mod spectrum;
 pub mod stats;
@@ -45,4 +48,9 @@ pub use lexical::{
     LexicalBias,
 };
 pub use plot::{render_png, render_svg, Figure, LegendPosition, Series, SeriesKind};
+pub use report::{
+    figure_file_name, render_html, render_markdown, report_images, AlignmentUniformityEntry,
+    AnisotropyEntry, FrequencyEntry, LexicalBiasEntry, ReportData, ReportFigure, SpectrumEntry,
+    StsRow, StsTable,
+};
 pub use spectrum::{spectrum, Spectrum, SpectrumSummary};
