@@ -1,1 +1,70 @@
-fn main() {}
+//! `bertflow`: calibrated sentence embeddings from BERT-family models.
+mod args;
+mod calib;
+mod cmd_encode;
+mod cmd_eval;
+mod embed;
+mod grid;
+mod io;
+mod progress;
+
+use clap::{Parser, Subcommand};
+
+const ABOUT: &str = "Calibrated sentence embeddings from BERT-family models: BERT-flow, whitening and friends, \
+evaluated on the STS benchmarks.";
+
+const LONG_ABOUT: &str = "Calibrated sentence embeddings from BERT-family models.
+
+Sentence embeddings taken straight from a pre-trained model are anisotropic, so cosine
+similarity tracks surface overlap more than meaning. bertflow keeps the encoder frozen and
+fits an unsupervised calibrator on unlabelled sentences: BERT-flow (a Glow normalizing flow
+to a standard Gaussian), whitening, standard normalization or removing the top principal
+directions; then compares sentences by cosine in the calibrated space.
+
+Typical use:
+  bertflow eval --model models/all-MiniLM-L6-v2 --pooling last-avg
+  bertflow eval --pooling first-last-avg --fit flow --on target
+  bertflow compare --poolings last-avg,first-last-avg --kinds none,flow,whiten
+  bertflow encode --input sentences.txt --output emb.npy";
+
+#[derive(Parser, Debug)]
+#[command(name = "bertflow", version, about = ABOUT, long_about = LONG_ABOUT)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// No progress bars or notes on stderr (they are also hidden when stderr is not a terminal).
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Encode sentences to a .npy, .jsonl or .safetensors file.
+    Encode(cmd_encode::EncodeArgs),
+    /// Evaluate one pooling (optionally calibrated) on the STS benchmarks.
+    Eval(cmd_eval::EvalArgs),
+    /// List the poolings and the hidden states each one reads.
+    Poolings,
+}
+
+fn main() {
+    // Parallelism comes from batch workers, each running its matrix products on one
+    // core; candle's intra-op threading would oversubscribe the cores.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
+    let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
+    let result = match cli.command {
+        Command::Encode(a) => cmd_encode::run(a),
+        Command::Eval(a) => cmd_eval::run(a),
+        Command::Poolings => {
+            print!("{}", args::pooling_help());
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -41,8 +41,15 @@ pub struct Encoded {
     pub embeddings: Vec<Array2<f32>>,
     /// Tokens per sentence after truncation, special tokens included.
     pub tokens: Vec<usize>,
-    /// Sentences longer than `max_len` tokens (they were truncated).
-    pub truncated: usize,
+    /// Whether each sentence was longer than `max_len` tokens (and was truncated).
+    pub truncated: Vec<bool>,
+}
+
+impl Encoded {
+    /// How many sentences were truncated.
+    pub fn num_truncated(&self) -> usize {
+        self.truncated.iter().filter(|&&t| t).count()
+    }
 }
 
 /// A loaded BERT model with its tokenizer.
@@ -144,10 +151,10 @@ impl Encoder {
         let dim = self.dim();
         let n = texts.len();
         let mut ids = Vec::with_capacity(n);
-        let mut truncated = 0;
+        let mut truncated = Vec::with_capacity(n);
         for t in texts {
             let (v, cut) = self.tokenize(t.as_ref())?;
-            truncated += cut as usize;
+            truncated.push(cut);
             ids.push(v);
         }
         let tokens: Vec<usize> = ids.iter().map(|v| v.len()).collect();

@@ -83,7 +83,7 @@ fn check_against_golden(model: &str, max_len: usize, threads: usize, batch_size:
             out.truncated
         );
     } else {
-        assert_eq!(out.truncated, 0);
+        assert_eq!(out.num_truncated(), 0);
     }
 }
 

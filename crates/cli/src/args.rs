@@ -1,0 +1,78 @@
+//! Options shared by several subcommands.
+use crate::embed::Embedder;
+use anyhow::{Context, Result};
+use bertflow_encoder::{EmbeddingCache, EncodeOptions, Encoder, Pooling};
+use clap::Args;
+use std::path::PathBuf;
+
+pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Model: a directory in Hugging Face layout (config.json, model.safetensors or
+    /// pytorch_model.bin, tokenizer.json or vocab.txt), a sentence-transformers
+    /// directory, or a hub id (e.g. bert-base-uncased) found in the local Hugging Face
+    /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
+    #[arg(long, short = 'm', env = "BERTFLOW_MODEL", default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// Truncate sentences at this many tokens, [CLS] and [SEP] included
+    /// [default: the model's position limit, 512 for BERT]. Padding and truncation
+    /// stored in tokenizer.json are ignored.
+    #[arg(long, value_name = "TOKENS")]
+    pub max_len: Option<usize>,
+    /// Sentences per forward pass (sentences are sorted by length first).
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub batch_size: usize,
+    /// Worker threads; each runs whole batches on one core [default: all cores].
+    #[arg(long, env = "BERTFLOW_THREADS", value_name = "N")]
+    pub threads: Option<usize>,
+    /// Where encoded embeddings are cached [default: $BERTFLOW_CACHE, else
+    /// $XDG_CACHE_HOME/bertflow, else ~/.cache/bertflow].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Neither read nor write the embedding cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> Result<Embedder> {
+        let encoder = Encoder::load(&self.model, self.max_len).with_context(|| format!("cannot load model '{}'", self.model))?;
+        let mut opts = EncodeOptions {
+            batch_size: self.batch_size.max(1),
+            ..Default::default()
+        };
+        if let Some(t) = self.threads {
+            anyhow::ensure!(t >= 1, "--threads must be at least 1");
+            opts.threads = t;
+        }
+        let cache = (!self.no_cache).then(|| EmbeddingCache::new(self.cache_dir.clone().unwrap_or_else(EmbeddingCache::default_dir)));
+        Ok(Embedder { encoder, opts, cache })
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DataArgs {
+    /// STS data folder [default: $BERTFLOW_DATA, else ../shared/data/sts].
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+}
+
+impl DataArgs {
+    pub fn dir(&self) -> PathBuf {
+        bertflow_eval::resolve_data_dir(self.data.as_deref())
+    }
+}
+
+/// Help text listing the poolings.
+pub fn pooling_help() -> String {
+    let mut s = String::from("Pooling (hidden state 0 = embedding output, N = last layer):\n");
+    for (name, what) in bertflow_encoder::POOLINGS {
+        s.push_str(&format!("  {name:<16} {what}\n"));
+    }
+    s
+}
+
+pub fn parse_pooling(s: &str) -> Result<Pooling, String> {
+    s.parse::<Pooling>().map_err(|e| e.to_string())
+}

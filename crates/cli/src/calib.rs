@@ -1,0 +1,82 @@
+//! Glue between the encoder and the calibrators: fitting with a progress bar,
+//! loading a calibrator file and checking it against the model and pooling.
+use crate::progress;
+use anyhow::{Context, Result};
+use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted};
+use bertflow_encoder::{Encoder, Pooling};
+use ndarray::{Array2, ArrayView2};
+use std::path::{Path, PathBuf};
+
+/// The model identity stored in calibrator files: directory name and fingerprint.
+/// Two copies of the same model (equal fingerprints) are the same model.
+pub fn model_identity(enc: &Encoder) -> String {
+    let name = enc
+        .files()
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| enc.model_id().to_string());
+    format!("{name}@{}", enc.fingerprint())
+}
+
+/// Fit `spec` on `x`, showing a progress bar with the running loss for flows.
+pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, label: &str) -> Result<Fitted> {
+    let pb = progress::bar(0, label, "steps");
+    let mut opts = FitOptions::new().with_progress(|p| {
+        if pb.length() != Some(p.total_steps as u64) {
+            pb.set_length(p.total_steps as u64);
+        }
+        pb.set_position(p.step as u64);
+        pb.set_message(format!("{label} nll {:.3}", p.running_loss));
+    });
+    let fitted = bertflow_calib::fit(spec, x, &mut opts).with_context(|| format!("fitting {spec} ({label})"))?;
+    drop(opts);
+    pb.finish_and_clear();
+    Ok(fitted)
+}
+
+/// A calibrator read from a file, with its metadata.
+pub struct LoadedCalibrator {
+    pub fitted: Fitted,
+    pub meta: CalibratorMeta,
+    pub path: PathBuf,
+    pub allow_mismatch: bool,
+}
+
+impl LoadedCalibrator {
+    pub fn open(path: &Path, allow_mismatch: bool) -> Result<Self> {
+        let (fitted, meta) = bertflow_calib::load(path).with_context(|| format!("cannot load calibrator {}", path.display()))?;
+        Ok(Self {
+            fitted,
+            meta,
+            path: path.to_path_buf(),
+            allow_mismatch,
+        })
+    }
+
+    /// Error unless the file was fitted on this model, pooling and dimension
+    /// (model and pooling may be overridden by --allow-mismatch; dimension never).
+    pub fn check(&self, enc: &Encoder, pooling: &Pooling) -> Result<()> {
+        let identity = model_identity(enc);
+        // Equal fingerprints are the same model, wherever it lives.
+        let model = if self.meta.model.rsplit('@').next() == Some(enc.fingerprint()) {
+            self.meta.model.clone()
+        } else {
+            identity
+        };
+        let warnings = bertflow_calib::check_compatible(&self.meta, &model, &pooling.to_string(), enc.dim(), self.allow_mismatch)
+            .with_context(|| format!("calibrator {} does not fit these embeddings", self.path.display()))?;
+        for w in warnings {
+            progress::note(format!("warning: {w}"));
+        }
+        Ok(())
+    }
+
+    pub fn apply(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {
+        Ok(self.fitted.transform(x)?)
+    }
+
+    pub fn describe(&self) -> String {
+        self.fitted.describe()
+    }
+}

@@ -1,0 +1,169 @@
+//! `bertflow eval`: Spearman/Pearson x100 on the STS benchmarks.
+use crate::args::{parse_pooling, DataArgs, ModelArgs};
+use crate::calib::LoadedCalibrator;
+use crate::grid::{load_targets, Calib, FitOn, Grid, Row, Target};
+use anyhow::{bail, Result};
+use bertflow_calib::CalibSpec;
+use bertflow_encoder::Pooling;
+use bertflow_eval::{average, render_table, Aggregate, Task};
+use clap::Args;
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct TaskArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Benchmarks, comma-separated: STS12,STS13,STS14,STS15,STS16,STS-B,SICK-R
+    /// [default: all seven]. Columns always come in that order.
+    #[arg(long, value_delimiter = ',', value_name = "TASKS")]
+    pub tasks: Vec<Task>,
+    /// Your own scored pairs: `score<TAB>sentence1<TAB>sentence2` per line (a header
+    /// line is allowed); reported under the file's stem. Repeatable. With --pairs and
+    /// no --tasks only the pair files are evaluated.
+    #[arg(long, value_name = "FILE")]
+    pub pairs: Vec<PathBuf>,
+    /// How STS12-16 subsets are combined: all = one correlation over the
+    /// concatenated subsets (SimCSE); wmean = subset correlations weighted by size;
+    /// mean = plain mean of subset correlations (BERT-flow, BERT-whitening).
+    #[arg(long, default_value = "all", value_name = "all|wmean|mean")]
+    pub aggregate: Aggregate,
+    /// Where per-task calibrators are fitted: target (every scored sentence of the
+    /// task itself, labels unused: the papers' setting), target-all (also STS15/16's
+    /// unscored pairs), train (the train split; STS-B and SICK-R only), or a file of
+    /// sentences (one per line) used for every task.
+    #[arg(long, default_value = "target", value_name = "target|target-all|train|FILE")]
+    pub on: FitOn,
+}
+
+impl TaskArgs {
+    pub fn targets(&self) -> Result<Vec<Target>> {
+        let tasks: Vec<Task> = if self.tasks.is_empty() && self.pairs.is_empty() {
+            Task::ALL.to_vec()
+        } else {
+            self.tasks.clone()
+        };
+        load_targets(&self.data.dir(), &tasks, &self.pairs)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Pooling; see `bertflow poolings`.
+    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    pub pooling: Pooling,
+    #[command(flatten)]
+    pub tasks: TaskArgs,
+    /// Fit a calibrator of this kind per task (see --on), e.g. flow, whiten,
+    /// whiten:k=256, sn, natsv:k=5, sn+natsv:k=5, none.
+    #[arg(long, value_name = "KIND", conflicts_with = "calibrator")]
+    pub fit: Option<CalibSpec>,
+    /// Apply this fitted calibrator (from `bertflow fit`) to every task.
+    #[arg(long, value_name = "FILE")]
+    pub calibrator: Option<PathBuf>,
+    /// Allow a calibrator fitted on another model or pooling (never another dimension).
+    #[arg(long)]
+    pub allow_mismatch: bool,
+    /// Also report each subset of STS12-16.
+    #[arg(long)]
+    pub per_subset: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: EvalArgs) -> Result<()> {
+    let targets = a.tasks.targets()?;
+    let calib = match (&a.fit, &a.calibrator) {
+        (Some(spec), _) => Calib::Spec(spec.clone()),
+        (None, Some(p)) => Calib::File(Box::new(LoadedCalibrator::open(p, a.allow_mismatch)?)),
+        (None, None) => Calib::Spec(CalibSpec::None),
+    };
+    if a.fit.is_none() && a.tasks.on != FitOn::Target {
+        bail!("--on only applies with --fit");
+    }
+    let embedder = a.model.load()?;
+    let poolings = [a.pooling.clone()];
+    let calibs = [calib];
+    let grid = Grid {
+        embedder: &embedder,
+        data_dir: a.tasks.data.dir(),
+        targets: &targets,
+        poolings: &poolings,
+        calibs: &calibs,
+        fit_on: a.tasks.on.clone(),
+        aggregate: a.tasks.aggregate,
+    };
+    let (rows, _) = grid.run()?;
+    let row = &rows[0];
+    let model = embedder.encoder.model_id().to_string();
+    if a.json {
+        let mut v = rows_json(&targets, &rows, a.per_subset).remove(0);
+        let obj = v.as_object_mut().expect("object");
+        obj.insert("model".into(), json!(model));
+        obj.insert("aggregate".into(), json!(a.tasks.aggregate.name()));
+        if matches!(calibs[0], Calib::Spec(CalibSpec::None)) {
+            obj.insert("calibrator".into(), Value::Null);
+        } else {
+            obj.insert("fit_on".into(), json!(a.tasks.on.to_string()));
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let columns: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+    let label = match &calibs[0] {
+        Calib::Spec(CalibSpec::None) => a.pooling.to_string(),
+        c => format!("{} + {}", a.pooling, c.label()),
+    };
+    let cells = row.results.iter().map(|r| Some(r.spearman)).collect();
+    println!(
+        "{model}, Spearman x100 (aggregate: {})\n{}",
+        a.tasks.aggregate.name(),
+        render_table("pooling", &columns, &[(label, cells)], true)
+    );
+    if a.per_subset {
+        for (t, r) in targets.iter().zip(&row.results) {
+            if r.subsets.len() > 1 {
+                let cols: Vec<String> = r.subsets.iter().map(|s| s.name.clone()).collect();
+                let cells = r.subsets.iter().map(|s| Some(s.spearman)).collect();
+                println!("\n{}\n{}", t.name, render_table("subset", &cols, &[(t.name.clone(), cells)], false));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// JSON objects for rows: {"pooling", "calibrator", "tasks": {...}, "average": {...}}.
+pub fn rows_json(targets: &[Target], rows: &[Row], per_subset: bool) -> Vec<Value> {
+    rows.iter()
+        .map(|row| {
+            let mut tasks = Map::new();
+            for (t, r) in targets.iter().zip(&row.results) {
+                let mut o = json!({"spearman": round2(r.spearman), "pearson": round2(r.pearson), "pairs": r.pairs});
+                if per_subset && r.subsets.len() > 1 {
+                    o["subsets"] = r
+                        .subsets
+                        .iter()
+                        .map(|s| (s.name.clone(), json!({"spearman": round2(s.spearman), "pearson": round2(s.pearson), "pairs": s.pairs})))
+                        .collect::<Map<_, _>>()
+                        .into();
+                }
+                tasks.insert(t.name.clone(), o);
+            }
+            let avg = average(&row.results);
+            let calibrator = if row.calibrator == "none" { Value::Null } else { json!(row.calibrator) };
+            json!({
+                "pooling": row.pooling.to_string(),
+                "calibrator": calibrator,
+                "tasks": tasks,
+                "average": avg.map(|a| json!({"spearman": round2(a.spearman), "pearson": round2(a.pearson)})),
+            })
+        })
+        .collect()
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}

@@ -1,0 +1,100 @@
+//! Turning sentence sets into embedding matrices through the cache: each
+//! (sentence set, pooling) pair is one cache entry; whatever is missing is
+//! encoded in a single pass over the model for all poolings at once.
+use crate::progress;
+use anyhow::Result;
+use bertflow_encoder::{CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling};
+use ndarray::Array2;
+use std::collections::HashMap;
+
+/// The encoder plus how to run it and where to cache.
+pub struct Embedder {
+    pub encoder: Encoder,
+    pub opts: EncodeOptions,
+    pub cache: Option<EmbeddingCache>,
+}
+
+impl Embedder {
+    /// Embeddings of each set for each pooling: result[set][pooling].
+    pub fn embed_sets(&self, sets: &[&[String]], poolings: &[Pooling]) -> Result<Vec<Vec<Array2<f32>>>> {
+        let enc = &self.encoder;
+        let sources: Vec<PoolSource> = poolings.iter().map(|p| enc.source(p)).collect::<Result<_, _>>()?;
+        let mut result: Vec<Vec<Option<Array2<f32>>>> = vec![vec![None; poolings.len()]; sets.len()];
+        let mut truncated = 0usize;
+        let mut total = 0usize;
+        let key = |set: &[String], src: &PoolSource| EmbeddingCache::key(enc.fingerprint(), &src.key(), enc.max_len(), set);
+        if let Some(cache) = &self.cache {
+            for (s, set) in sets.iter().enumerate() {
+                for (p, src) in sources.iter().enumerate() {
+                    if let Some(e) = cache.get(&key(set, src), set.len()) {
+                        if e.embeddings.ncols() == enc.dim() {
+                            if p == 0 {
+                                truncated += e.truncated;
+                                total += set.len();
+                            }
+                            result[s][p] = Some(e.embeddings);
+                        }
+                    }
+                }
+            }
+        }
+        // Sentences of every set that misses any pooling, deduplicated.
+        let missing_sets: Vec<usize> = (0..sets.len()).filter(|&s| result[s].iter().any(|r| r.is_none())).collect();
+        let missing_pool: Vec<usize> = (0..sources.len())
+            .filter(|&p| missing_sets.iter().any(|&s| result[s][p].is_none()))
+            .collect();
+        if !missing_sets.is_empty() {
+            let mut index: HashMap<&str, usize> = HashMap::new();
+            let mut texts: Vec<&str> = Vec::new();
+            for &s in &missing_sets {
+                for t in sets[s] {
+                    index.entry(t.as_str()).or_insert_with(|| {
+                        texts.push(t);
+                        texts.len() - 1
+                    });
+                }
+            }
+            let srcs: Vec<PoolSource> = missing_pool.iter().map(|&p| sources[p].clone()).collect();
+            let pb = progress::bar(texts.len() as u64, "encoding", "sentences");
+            let out = enc.encode(&texts, &srcs, &self.opts, &|done| pb.set_position(done as u64))?;
+            pb.finish_and_clear();
+            for &s in &missing_sets {
+                let rows: Vec<usize> = sets[s].iter().map(|t| index[t.as_str()]).collect();
+                let set_trunc = rows.iter().filter(|&&r| out.truncated[r]).count();
+                for (k, &p) in missing_pool.iter().enumerate() {
+                    if result[s][p].is_some() {
+                        continue;
+                    }
+                    let m = out.embeddings[k].select(ndarray::Axis(0), &rows);
+                    if let Some(cache) = &self.cache {
+                        let entry = CachedEntry { embeddings: m, truncated: set_trunc };
+                        if let Err(e) = cache.put(&key(sets[s], &sources[p]), &entry) {
+                            progress::note(format!("warning: cannot write the embedding cache in {}: {e}", cache.dir().display()));
+                        }
+                        result[s][p] = Some(entry.embeddings);
+                    } else {
+                        result[s][p] = Some(m);
+                    }
+                }
+            }
+            truncated += out.num_truncated();
+            total += texts.len();
+        }
+        if truncated > 0 {
+            progress::note(format!(
+                "note: {truncated} of {total} sentences were longer than {} tokens and were truncated",
+                enc.max_len()
+            ));
+        }
+        Ok(result
+            .into_iter()
+            .map(|row| row.into_iter().map(|m| m.expect("every entry filled")).collect())
+            .collect())
+    }
+
+    /// Embeddings of one list of sentences for one pooling.
+    pub fn embed(&self, texts: &[String], pooling: &Pooling) -> Result<Array2<f32>> {
+        let mut r = self.embed_sets(&[texts], std::slice::from_ref(pooling))?;
+        Ok(r.remove(0).remove(0))
+    }
+}

@@ -1,0 +1,241 @@
+//! The experiment grid behind `eval`, `compare` and `report`: evaluation sets x
+//! poolings x calibrators. Every sentence set is encoded once for all poolings
+//! (through the cache); calibrators are fitted per task on that task's own
+//! sentences (`--on target`, as the papers do), on a train split, or once on a
+//! user's sentence file.
+use crate::calib::{self, LoadedCalibrator};
+use crate::embed::Embedder;
+use anyhow::{bail, Context, Result};
+use bertflow_calib::{CalibSpec, Calibrator, Fitted};
+use bertflow_encoder::Pooling;
+use bertflow_eval::{
+    dedup_preserving_order, evaluate, fit_sentences, load_pairs_file, load_task, unique_sentences, Aggregate, EvalSet,
+    FitCorpus, Task, TaskResult,
+};
+use ndarray::Array2;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Where per-task calibrators are fitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FitOn {
+    /// Every sentence of the task being evaluated (labels unused): all splits of
+    /// STS-B, train+trial+test of SICK-R, every scored pair of an STS year.
+    Target,
+    /// Like `Target`, but STS15/16 also contribute their unscored pairs.
+    TargetAll,
+    /// The task's train split (STS-B, SICK-R only).
+    Train,
+    /// One sentence file (one per line, or JSONL), for every task.
+    File(PathBuf),
+}
+
+impl FromStr for FitOn {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "target" => FitOn::Target,
+            "target-all" => FitOn::TargetAll,
+            "train" => FitOn::Train,
+            f if Path::new(f).is_file() => FitOn::File(PathBuf::from(f)),
+            f => {
+                return Err(format!(
+                    "'{f}' is neither target, target-all, train nor an existing sentence file"
+                ))
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for FitOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FitOn::Target => f.write_str("target"),
+            FitOn::TargetAll => f.write_str("target-all"),
+            FitOn::Train => f.write_str("train"),
+            FitOn::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A column of the table: a benchmark task or a user's pair file.
+pub struct Target {
+    pub name: String,
+    pub task: Option<Task>,
+    pub set: EvalSet,
+}
+
+/// Load the named tasks (in canonical order) and pair files.
+pub fn load_targets(data_dir: &Path, tasks: &[Task], pairs: &[PathBuf]) -> Result<Vec<Target>> {
+    let mut out = Vec::new();
+    if !tasks.is_empty() {
+        bertflow_eval::check_data_dir(data_dir, tasks)?;
+    }
+    for &t in Task::ALL.iter().filter(|t| tasks.contains(t)) {
+        let set = load_task(data_dir, t).with_context(|| format!("loading {}", t.name()))?;
+        out.push(Target {
+            name: t.name().to_string(),
+            task: Some(t),
+            set,
+        });
+    }
+    for p in pairs {
+        let set = load_pairs_file(p)?;
+        out.push(Target {
+            name: set.name.clone(),
+            task: None,
+            set,
+        });
+    }
+    if out.is_empty() {
+        bail!("nothing to evaluate: give --tasks and/or --pairs");
+    }
+    Ok(out)
+}
+
+/// One row of calibration: nothing, a kind fitted per task, or a fitted file.
+pub enum Calib {
+    Spec(CalibSpec),
+    File(Box<LoadedCalibrator>),
+}
+
+impl Calib {
+    pub fn label(&self) -> String {
+        match self {
+            Calib::Spec(s) => s.to_string(),
+            Calib::File(f) => format!("{} ({})", f.path.display(), f.fitted.kind()),
+        }
+    }
+}
+
+/// One row of results.
+pub struct Row {
+    pub pooling: Pooling,
+    pub calibrator: String,
+    /// Per target, in the order of the targets.
+    pub results: Vec<TaskResult>,
+}
+
+/// Sentences a per-task calibrator is fitted on.
+fn fit_corpus(data_dir: &Path, target: &Target, on: &FitOn) -> Result<Vec<String>> {
+    let v = match (on, target.task) {
+        (FitOn::Target, Some(t)) => fit_sentences(data_dir, t, FitCorpus::TargetScored)?,
+        (FitOn::TargetAll, Some(t)) => fit_sentences(data_dir, t, FitCorpus::Target)?,
+        (FitOn::Train, Some(t)) => fit_sentences(data_dir, t, FitCorpus::Train)?,
+        (FitOn::Target | FitOn::TargetAll, None) => unique_sentences(&target.set),
+        (FitOn::Train, None) => bail!("{} is a pair file: it has no train split to fit on", target.name),
+        (FitOn::File(_), _) => unreachable!("file corpora are shared"),
+    };
+    Ok(dedup_preserving_order(v))
+}
+
+/// Everything the grid needs.
+pub struct Grid<'a> {
+    pub embedder: &'a Embedder,
+    pub data_dir: PathBuf,
+    pub targets: &'a [Target],
+    pub poolings: &'a [Pooling],
+    pub calibs: &'a [Calib],
+    pub fit_on: FitOn,
+    pub aggregate: Aggregate,
+}
+
+/// Embeddings of each target's evaluation sentences and fit corpus, per pooling.
+pub struct Encoded {
+    pub eval_sentences: Vec<Vec<String>>,
+    /// [target][pooling]
+    pub eval: Vec<Vec<Array2<f32>>>,
+    /// [target][pooling] (one shared entry for a file corpus); empty when nothing is fitted.
+    pub fit: Vec<Vec<Array2<f32>>>,
+}
+
+impl Grid<'_> {
+    fn needs_fit(&self) -> bool {
+        self.calibs.iter().any(|c| matches!(c, Calib::Spec(s) if *s != CalibSpec::None))
+    }
+
+    /// Encode every sentence set the grid needs in one pass.
+    pub fn encode(&self) -> Result<Encoded> {
+        let eval_sentences: Vec<Vec<String>> = self.targets.iter().map(|t| unique_sentences(&t.set)).collect();
+        let mut fit_sets: Vec<Vec<String>> = Vec::new();
+        if self.needs_fit() {
+            match &self.fit_on {
+                FitOn::File(p) => {
+                    let input = crate::io::read_sentences(p, false, crate::io::EmptyLines::Skip)?;
+                    fit_sets.push(dedup_preserving_order(input.texts));
+                }
+                on => {
+                    for t in self.targets {
+                        fit_sets.push(fit_corpus(&self.data_dir, t, on)?);
+                    }
+                }
+            }
+        }
+        let all: Vec<&[String]> = eval_sentences.iter().chain(&fit_sets).map(|v| v.as_slice()).collect();
+        let mut mats = self.embedder.embed_sets(&all, self.poolings)?;
+        let fit = mats.split_off(eval_sentences.len());
+        Ok(Encoded {
+            eval_sentences,
+            eval: mats,
+            fit,
+        })
+    }
+
+    /// Run the whole grid: rows in pooling-major order.
+    pub fn run(&self) -> Result<(Vec<Row>, Encoded)> {
+        let enc = self.encode()?;
+        let mut rows = Vec::new();
+        for (p, pooling) in self.poolings.iter().enumerate() {
+            for calib in self.calibs {
+                let mut results = Vec::new();
+                let mut shared: Option<Fitted> = None;
+                for (t, target) in self.targets.iter().enumerate() {
+                    let x = &enc.eval[t][p];
+                    let y = self.calibrated(calib, pooling, &enc, t, p, &mut shared)?;
+                    let y = y.as_ref().unwrap_or(x);
+                    let r = evaluate(&target.set, &enc.eval_sentences[t], y.view(), self.aggregate)
+                        .with_context(|| format!("evaluating {} ({pooling}, {})", target.name, calib.label()))?;
+                    results.push(r);
+                }
+                rows.push(Row {
+                    pooling: pooling.clone(),
+                    calibrator: calib.label(),
+                    results,
+                });
+            }
+        }
+        Ok((rows, enc))
+    }
+
+    /// The calibrated evaluation embeddings of target `t`, or None for no calibration.
+    pub fn calibrated(
+        &self,
+        calib: &Calib,
+        pooling: &Pooling,
+        enc: &Encoded,
+        t: usize,
+        p: usize,
+        shared: &mut Option<Fitted>,
+    ) -> Result<Option<Array2<f32>>> {
+        let x = &enc.eval[t][p];
+        Ok(match calib {
+            Calib::Spec(CalibSpec::None) => None,
+            Calib::Spec(spec) => {
+                let fitted = match (&self.fit_on, shared.as_ref()) {
+                    (FitOn::File(_), Some(f)) => f.clone(),
+                    (FitOn::File(_), None) => {
+                        let f = calib::fit(spec, enc.fit[0][p].view(), &format!("{pooling}"))?;
+                        *shared = Some(f.clone());
+                        f
+                    }
+                    _ => calib::fit(spec, enc.fit[t][p].view(), &format!("{} {pooling}", self.targets[t].name))?,
+                };
+                Some(fitted.transform(x.view())?)
+            }
+            Calib::File(f) => {
+                f.check(&self.embedder.encoder, pooling)?;
+                Some(f.apply(x.view())?)
+            }
+        })
+    }
+}

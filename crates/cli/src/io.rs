@@ -1,0 +1,159 @@
+//! Reading sentences and writing embeddings (.npy, .jsonl, .safetensors).
+use anyhow::{bail, Context, Result};
+use ndarray::Array2;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+/// What to do with empty (or whitespace-only) input lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EmptyLines {
+    /// Stop with an error naming the first empty line (default: an empty line is
+    /// usually a mistake, and a vector for it would be meaningless).
+    Error,
+    /// Drop empty lines; output rows then follow the non-empty lines (JSONL output
+    /// records each row's 1-based input line).
+    Skip,
+    /// Embed them as the empty sentence ([CLS] [SEP]).
+    Keep,
+}
+
+/// Input sentences with their 1-based line numbers.
+pub struct Input {
+    pub texts: Vec<String>,
+    pub lines: Vec<usize>,
+}
+
+/// Read one sentence per line, or JSONL with a "text" field (by extension .jsonl /
+/// .ndjson, or `jsonl = true`). `-` reads standard input.
+pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Input> {
+    let name = path.display().to_string();
+    let bytes = if name == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("cannot read standard input")?;
+        b
+    } else {
+        std::fs::read(path).with_context(|| format!("cannot read input file {name}"))?
+    };
+    let jsonl = jsonl || matches!(path.extension().and_then(|e| e.to_str()), Some("jsonl" | "ndjson"));
+    let mut texts = Vec::new();
+    let mut lines = Vec::new();
+    let mut raw: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    if raw.last().is_some_and(|l| l.is_empty()) {
+        raw.pop(); // the final newline
+    }
+    for (i, line) in raw.iter().enumerate() {
+        let lineno = i + 1;
+        let line = std::str::from_utf8(line)
+            .map_err(|e| anyhow::anyhow!("{name}:{lineno}: invalid UTF-8 (byte {} of the line)", e.valid_up_to() + 1))?;
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let line = if lineno == 1 { line.strip_prefix('\u{feff}').unwrap_or(line) } else { line };
+        let text = if jsonl {
+            if line.trim().is_empty() {
+                String::new()
+            } else {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).with_context(|| format!("{name}:{lineno}: not a JSON object"))?;
+                match v.get("text") {
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    Some(_) => bail!("{name}:{lineno}: field \"text\" is not a string"),
+                    None => bail!("{name}:{lineno}: no \"text\" field"),
+                }
+            }
+        } else {
+            line.to_string()
+        };
+        if text.trim().is_empty() {
+            match empty {
+                EmptyLines::Error => bail!(
+                    "{name}:{lineno}: empty line; pass --empty skip to drop empty lines or --empty keep to embed them"
+                ),
+                EmptyLines::Skip => continue,
+                EmptyLines::Keep => {}
+            }
+        }
+        texts.push(text);
+        lines.push(lineno);
+    }
+    if texts.is_empty() {
+        bail!("{name}: no sentences to encode (the input is empty)");
+    }
+    Ok(Input { texts, lines })
+}
+
+/// Write `m` by the extension of `path`: .npy, .jsonl or .safetensors.
+pub fn write_embeddings(path: &Path, m: &Array2<f32>, input: &Input, meta: &HashMap<String, String>) -> Result<()> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let bytes = match ext {
+        "npy" => npy_bytes(m),
+        "jsonl" => {
+            let mut out = Vec::new();
+            for (i, row) in m.outer_iter().enumerate() {
+                let obj = serde_json::json!({
+                    "index": i,
+                    "line": input.lines[i],
+                    "text": input.texts[i],
+                    "embedding": row.to_vec(),
+                });
+                serde_json::to_writer(&mut out, &obj)?;
+                out.push(b'\n');
+            }
+            out
+        }
+        "safetensors" => {
+            let data: Vec<u8> = m.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![m.nrows(), m.ncols()], &data)?;
+            safetensors::tensor::serialize([("embeddings", view)], Some(meta.clone()))?
+        }
+        _ => bail!("unknown output format '{}': use .npy, .jsonl or .safetensors", path.display()),
+    };
+    let mut f = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(&bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// A NumPy .npy (format 1.0) of little-endian float32, C order.
+pub fn npy_bytes(m: &Array2<f32>) -> Vec<u8> {
+    let mut header = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}",
+        m.nrows(),
+        m.ncols()
+    );
+    // magic(6) + version(2) + len(2) + header + '\n' must be a multiple of 64.
+    let total = 10 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - total % 64) % 64));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + m.len() * 4);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in m.iter() {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Read a .npy written by [`npy_bytes`] (little-endian f4, C order, 2-D).
+pub fn read_npy(path: &Path) -> Result<Array2<f32>> {
+    let b = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bad = || anyhow::anyhow!("{}: not a 2-D little-endian float32 .npy file", path.display());
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        return Err(bad());
+    }
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = std::str::from_utf8(b.get(10..10 + hlen).ok_or_else(bad)?).map_err(|_| bad())?;
+    if !header.contains("'<f4'") || header.contains("'fortran_order': True") {
+        return Err(bad());
+    }
+    let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).ok_or_else(bad)?;
+    let dims: Vec<usize> = shape.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse()).collect::<Result<_, _>>().map_err(|_| bad())?;
+    if dims.len() != 2 {
+        return Err(bad());
+    }
+    let data = &b[10 + hlen..];
+    if data.len() != dims[0] * dims[1] * 4 {
+        return Err(bad());
+    }
+    let v = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    Ok(Array2::from_shape_vec((dims[0], dims[1]), v)?)
+}
