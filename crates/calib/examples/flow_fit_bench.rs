@@ -1,7 +1,8 @@
 //! Times one epoch of a default BERT-flow fit on seeded random anisotropic
 //! data of the size of the STS fit corpus (29,500 x 384).
 //!
-//! `cargo run --release -p bertflow-calib --example flow_fit_bench [n] [d]`
+//! `cargo run --release -p bertflow-calib --example flow_fit_bench [n] [d] [spec]`
+//! (defaults: 29500, 384, `flow`).
 
 use std::time::Instant;
 
@@ -57,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             *v = (offsets[j] + scales[j] * g.normal() + 0.5 * shared) as f32;
         }
     }
-    let spec: CalibSpec = "flow".parse()?;
+    let spec: CalibSpec = args.next().as_deref().unwrap_or("flow").parse()?;
     let mut last = None;
     let mut opts = FitOptions::new().with_progress(|p| last = Some(p));
     let cpu0 = thread_cpu_seconds();

@@ -53,15 +53,17 @@ pub enum CalibError {
         reason: String,
     },
 
-    /// Training produced a non-finite quantity; no model is returned.
-    #[error("flow training diverged at step {step} (epoch {epoch}): {quantity} is not finite")]
+    /// Training produced a non-finite quantity or an exploding loss; no
+    /// model is returned.
+    #[error("flow training diverged at step {step} (epoch {epoch}): {reason}")]
     Diverged {
         /// 1-based optimisation step.
         step: usize,
         /// 1-based epoch.
         epoch: usize,
-        /// Which quantity: the loss or the name of a parameter tensor (or its gradient).
-        quantity: String,
+        /// What went wrong, naming the quantity (the loss, or a parameter
+        /// tensor or its gradient).
+        reason: String,
     },
 
     /// A linear-algebra routine failed (e.g. the eigendecomposition).

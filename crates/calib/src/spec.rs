@@ -18,7 +18,7 @@
 //! | `sn+natsv` | `k` (required, >= 1)                                                       |
 //! | `flow`     | `levels` (3), `steps` (3), `width` (32), `epochs` (1), `lr` (1e-3),        |
 //! |            | `batch` (32), `seed` (42), `coupling` (`additive`\|`affine`),              |
-//! |            | `permutation` (`reverse`)                                                  |
+//! |            | `permutation` (`reverse`\|`lu`)                                           |
 
 use std::fmt;
 use std::str::FromStr;
@@ -79,6 +79,10 @@ pub enum Permutation {
     /// Fixed channel reversal (BERT-flow's choice).
     #[default]
     Reverse,
+    /// Glow's invertible 1x1 convolution, LU-parameterised (`W = P L (U +
+    /// diag(sign(s) exp(log s)))`, orthogonal at initialisation). About ten
+    /// times slower to train than `reverse` at d = 384.
+    Lu,
 }
 
 /// Hyper-parameters of a flow.
@@ -121,7 +125,7 @@ impl Default for FlowConfig {
 }
 
 const VALID_KINDS: &str = "none, sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N, \
-     flow[:levels=L,steps=K,width=W,epochs=E,lr=X,batch=B,seed=S,coupling=additive|affine,permutation=reverse]";
+     flow[:levels=L,steps=K,width=W,epochs=E,lr=X,batch=B,seed=S,coupling=additive|affine,permutation=reverse|lu]";
 const FLOW_KEYS: &[&str] = &[
     "levels",
     "steps",
@@ -310,9 +314,10 @@ impl FromStr for CalibSpec {
                         "permutation" => {
                             c.permutation = match *v {
                                 "reverse" => Permutation::Reverse,
+                                "lu" => Permutation::Lu,
                                 _ => {
                                     return Err(err(format!(
-                                        "permutation={v:?}: valid values: reverse"
+                                        "permutation={v:?}: valid values: reverse, lu"
                                     )))
                                 }
                             }
@@ -344,6 +349,7 @@ impl fmt::Display for Permutation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Permutation::Reverse => "reverse",
+            Permutation::Lu => "lu",
         })
     }
 }
@@ -427,6 +433,7 @@ mod tests {
             "sn+natsv:k=1",
             "flow",
             "flow:lr=0.0003,coupling=affine,seed=18446744073709551615",
+            "flow:permutation=lu,levels=2",
         ] {
             let spec = parse(s).unwrap();
             let again = parse(&spec.to_string()).unwrap();
@@ -469,6 +476,6 @@ mod tests {
         assert!(reason("flow:lr=fast").contains("expected a number"));
         assert!(reason("flow:seed=-3").contains("unsigned"));
         assert!(reason("flow:coupling=spline").contains("valid values: additive, affine"));
-        assert!(reason("flow:permutation=shuffle").contains("valid values: reverse"));
+        assert!(reason("flow:permutation=shuffle").contains("valid values: reverse, lu"));
     }
 }

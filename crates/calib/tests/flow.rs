@@ -24,6 +24,8 @@ fn trained_flow_is_invertible() {
     for spec in [
         "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3",
         "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3,coupling=affine",
+        "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3,permutation=lu",
+        "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3,coupling=affine,permutation=lu",
     ] {
         let f = fit_str(spec, &x).unwrap();
         let flow = f.as_flow().unwrap();
@@ -160,15 +162,15 @@ fn divergence_stops_with_an_error_naming_the_step() {
         Err(CalibError::Diverged {
             step,
             epoch,
-            quantity,
+            reason,
         }) => {
             assert!(step >= 2, "step {step}");
             assert_eq!(epoch, 1);
             assert!(
-                quantity.contains("loss")
-                    || quantity.contains("parameter")
-                    || quantity.contains("gradient"),
-                "{quantity}"
+                reason.contains("loss")
+                    || reason.contains("parameter")
+                    || reason.contains("gradient"),
+                "{reason}"
             );
         }
         other => panic!("expected Diverged, got {other:?}"),

@@ -12,7 +12,7 @@ use common::*;
 use ndarray::Array2;
 use safetensors::tensor::{SafeTensors, TensorView};
 
-const SPECS: [&str; 8] = [
+const SPECS: [&str; 9] = [
     "none",
     "sn",
     "whiten",
@@ -21,6 +21,7 @@ const SPECS: [&str; 8] = [
     "sn+natsv:k=2",
     "flow:levels=2,steps=2,width=8,epochs=2",
     "flow:levels=2,steps=2,width=8,epochs=2,coupling=affine,seed=7",
+    "flow:levels=2,steps=2,width=8,epochs=2,permutation=lu",
 ];
 
 fn data() -> Array2<f32> {
@@ -201,6 +202,25 @@ fn damaged_files_give_clear_errors() {
         }
     });
     assert!(format_reason(load_bytes(&poisoned)).contains("non-finite"));
+
+    // the fixed parts of an LU convolution are validated
+    let bytes = fitted("flow:levels=1,steps=1,width=4,permutation=lu", &x)
+        .to_bytes(&meta(&x))
+        .unwrap();
+    assert!(load_bytes(&bytes).is_ok());
+    let dup: Vec<u8> = [0.0f32, 0.0]
+        .iter()
+        .chain([2.0f32; 14].iter())
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let bad_perm = rewrite(&bytes, |t| {
+        for (n, v) in t.iter_mut() {
+            if n == "level0.step0.invconv.perm" {
+                *v = TensorView::new(v.dtype(), v.shape().to_vec(), &dup).unwrap();
+            }
+        }
+    });
+    assert!(format_reason(load_bytes(&bad_perm)).contains("not a permutation"));
 
     // a newer format version is refused
     let newer = {

@@ -280,6 +280,7 @@ fn every_kind_survives_zero_variance_columns_at_d384() {
         "sn+natsv:k=5",
         "flow:epochs=2",
         "flow:levels=2,epochs=2,coupling=affine",
+        "flow:levels=2,steps=2,permutation=lu",
     ] {
         let f = fit_str(spec, &x).unwrap_or_else(|e| panic!("{spec}: {e}"));
         let y = f.transform(x.view()).unwrap();

@@ -3,7 +3,7 @@
 
 use crate::error::{CalibError, Result};
 use crate::rng::Rng;
-use crate::spec::{Coupling, FlowConfig};
+use crate::spec::{Coupling, FlowConfig, Permutation};
 
 /// A named parameter tensor: `shape`, stored at `params[offset..offset + len]`
 /// in row-major order.
@@ -41,7 +41,22 @@ pub(crate) struct NnIdx {
     pub logs3: usize,
 }
 
-/// One step: actnorm -> reversal -> coupling on the first `c` channels.
+/// Offsets of an LU-parameterised invertible 1x1 convolution on `c`
+/// channels: `y = x W`, `W = P L (U + diag(sign_s * exp(log_s)))`. `perm`
+/// (c, integers stored as floats: `(x P)_j = x[perm[j]]`) and `sign_s` (c,
+/// +-1) are fixed; only the strictly lower part of `lower` (c x c), the
+/// strictly upper part of `upper` (c x c) and `log_s` (c) are used and trained.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct LuIdx {
+    pub perm: usize,
+    pub lower: usize,
+    pub upper: usize,
+    pub log_s: usize,
+    pub sign_s: usize,
+}
+
+/// One step: actnorm -> permutation (reversal or LU 1x1 conv) -> coupling
+/// on the first `c` channels.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct StepArch {
     pub c: usize,
@@ -50,6 +65,8 @@ pub(crate) struct StepArch {
     /// Channels of z2 (transformed half): `c - c1`.
     pub c2: usize,
     pub an: ActnormIdx,
+    /// `None`: fixed channel reversal.
+    pub lu: Option<LuIdx>,
     pub nn: NnIdx,
 }
 
@@ -112,6 +129,16 @@ impl Arch {
             for k in 0..cfg.steps {
                 let p = format!("level{l}.step{k}.");
                 let an = b.actnorm(&format!("{p}actnorm"), c);
+                let lu = match cfg.permutation {
+                    Permutation::Reverse => None,
+                    Permutation::Lu => Some(LuIdx {
+                        perm: b.tensor(&format!("{p}invconv.perm"), &[c]),
+                        lower: b.tensor(&format!("{p}invconv.lower"), &[c, c]),
+                        upper: b.tensor(&format!("{p}invconv.upper"), &[c, c]),
+                        log_s: b.tensor(&format!("{p}invconv.log_s"), &[c]),
+                        sign_s: b.tensor(&format!("{p}invconv.sign_s"), &[c]),
+                    }),
+                };
                 let w = cfg.width;
                 let w1 = b.tensor(&format!("{p}coupling.w1"), &[c1, w]);
                 let an1 = b.actnorm(&format!("{p}coupling.actnorm1"), w);
@@ -125,6 +152,7 @@ impl Arch {
                     c1,
                     c2,
                     an,
+                    lu,
                     nn: NnIdx {
                         nin: c1,
                         width: w,
@@ -161,12 +189,18 @@ impl Arch {
 
     /// Glow's initialisation before the data-dependent one: actnorms and the
     /// last layer of each coupling network zero, the first two layers
-    /// N(0, 0.05^2) from the seeded generator.
+    /// N(0, 0.05^2), and an LU 1x1 convolution the LU factorisation of a
+    /// random orthogonal matrix, all drawn from the seeded generator step by
+    /// step.
     pub fn init_params(&self, rng: &mut Rng) -> Vec<f32> {
         let mut p = vec![0.0f32; self.n_params];
-        for t in &self.tensors {
-            if t.name.ends_with(".w1") || t.name.ends_with(".w2") {
-                for v in &mut p[t.offset..t.offset + t.len] {
+        for s in self.steps() {
+            if let Some(lu) = s.lu {
+                init_lu(&mut p, lu, s.c, rng);
+            }
+            let w = self.width;
+            for off in [s.nn.w1..s.nn.w1 + s.nn.nin * w, s.nn.w2..s.nn.w2 + w * w] {
+                for v in &mut p[off] {
                     *v = (0.05 * rng.normal()) as f32;
                 }
             }
@@ -184,6 +218,77 @@ impl Arch {
             .iter()
             .find(|t| index >= t.offset && index < t.offset + t.len)
             .map_or("?", |t| t.name.as_str())
+    }
+}
+
+/// A random orthogonal c x c matrix (row-major): modified Gram-Schmidt on
+/// the columns of a Gaussian matrix, in f64.
+fn random_orthogonal(c: usize, rng: &mut Rng) -> Vec<f64> {
+    let mut q: Vec<f64> = (0..c * c).map(|_| rng.normal()).collect();
+    for j in 0..c {
+        for k in 0..j {
+            let dot: f64 = (0..c).map(|i| q[i * c + j] * q[i * c + k]).sum();
+            for i in 0..c {
+                q[i * c + j] -= dot * q[i * c + k];
+            }
+        }
+        let norm = (0..c).map(|i| q[i * c + j].powi(2)).sum::<f64>().sqrt();
+        for i in 0..c {
+            q[i * c + j] /= norm;
+        }
+    }
+    q
+}
+
+/// In-place LU factorisation with partial pivoting of a c x c row-major
+/// matrix: afterwards `A[piv[r]]` (original rows) = `(L U)[r]`, L unit lower
+/// (strictly lower part stored), U upper (stored with its diagonal).
+pub(crate) fn lu_in_place(a: &mut [f64], c: usize) -> Vec<usize> {
+    let mut piv: Vec<usize> = (0..c).collect();
+    for k in 0..c {
+        let mut p = k;
+        for i in k + 1..c {
+            if a[i * c + k].abs() > a[p * c + k].abs() {
+                p = i;
+            }
+        }
+        if p != k {
+            for j in 0..c {
+                a.swap(k * c + j, p * c + j);
+            }
+            piv.swap(k, p);
+        }
+        let pivot = a[k * c + k];
+        if pivot == 0.0 {
+            continue;
+        }
+        for i in k + 1..c {
+            let f = a[i * c + k] / pivot;
+            a[i * c + k] = f;
+            for j in k + 1..c {
+                a[i * c + j] -= f * a[k * c + j];
+            }
+        }
+    }
+    piv
+}
+
+/// W0 = random orthogonal = P L U (Glow's LU initialisation).
+fn init_lu(p: &mut [f32], lu: LuIdx, c: usize, rng: &mut Rng) {
+    let mut a = random_orthogonal(c, rng);
+    let piv = lu_in_place(&mut a, c);
+    for j in 0..c {
+        p[lu.perm + j] = piv[j] as f32;
+        let d = a[j * c + j];
+        p[lu.sign_s + j] = if d < 0.0 { -1.0 } else { 1.0 };
+        p[lu.log_s + j] = d.abs().ln() as f32;
+        for i in 0..c {
+            if i > j {
+                p[lu.lower + i * c + j] = a[i * c + j] as f32;
+            } else if i < j {
+                p[lu.upper + i * c + j] = a[i * c + j] as f32;
+            }
+        }
     }
 }
 
@@ -271,5 +376,34 @@ mod tests {
             }
         )
         .is_err());
+    }
+
+    #[test]
+    fn lu_factorisation_reconstructs_the_matrix() {
+        let mut rng = Rng::new(9);
+        let c = 7;
+        let w = random_orthogonal(c, &mut rng);
+        for i in 0..c {
+            for j in 0..c {
+                let dot: f64 = (0..c).map(|k| w[k * c + i] * w[k * c + j]).sum();
+                let e = if i == j { 1.0 } else { 0.0 };
+                assert!((dot - e).abs() < 1e-12, "not orthogonal at ({i},{j})");
+            }
+        }
+        let mut a = w.clone();
+        let piv = lu_in_place(&mut a, c);
+        assert_ne!(piv, (0..c).collect::<Vec<_>>(), "pivoting expected");
+        for r in 0..c {
+            for j in 0..c {
+                let mut s = 0.0;
+                for k in 0..=r.min(j) {
+                    let l = if k == r { 1.0 } else { a[r * c + k] };
+                    s += l * a[k * c + j];
+                }
+                assert!((s - w[piv[r] * c + j]).abs() < 1e-12, "({r},{j})");
+            }
+        }
+        let logdet: f64 = (0..c).map(|j| a[j * c + j].abs().ln()).sum();
+        assert!(logdet.abs() < 1e-12, "an orthogonal matrix has |det| 1");
     }
 }

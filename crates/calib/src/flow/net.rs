@@ -6,7 +6,7 @@
 //! works on the leading `levels[l].c` columns of each row, and the columns
 //! it splits off stay where they are (see `Arch::out_perm`).
 
-use super::arch::{ActnormIdx, Arch, NnIdx, StepArch};
+use super::arch::{ActnormIdx, Arch, LuIdx, NnIdx, StepArch};
 use super::kernels::{matmul, matmul_tn_acc};
 use crate::real::Real;
 use crate::spec::Coupling;
@@ -46,6 +46,21 @@ struct StepCache<T> {
     w1t: Vec<T>,
     w2t: Vec<T>,
     w3t: Vec<T>,
+    /// LU 1x1 convolution buffers (None for the reversal)
+    lu: Option<LuCache<T>>,
+}
+
+/// Buffers of an LU 1x1 convolution: the assembled factors and the
+/// intermediate activations `a = x P` and `b = a L` (rows x c).
+#[derive(Debug, Clone, Default)]
+struct LuCache<T> {
+    perm: Vec<usize>,
+    lfull: Vec<T>,
+    ufull: Vec<T>,
+    lt: Vec<T>,
+    ut: Vec<T>,
+    a: Vec<T>,
+    b: Vec<T>,
 }
 
 /// Buffers for a mini-batch of at most `cap` rows. Allocated once.
@@ -65,12 +80,17 @@ pub(crate) struct Workspace<T> {
     dq: Vec<T>,
     dr: Vec<T>,
     dh: Vec<T>,
+    /// LU backward scratch: c x c, and two rows x c
+    cc: Vec<T>,
+    lu_db: Vec<T>,
+    lu_da: Vec<T>,
 }
 
 impl<T: Real> Workspace<T> {
     pub fn new(arch: &Arch, cap: usize) -> Self {
         let w = arch.width;
         let mut max_out = 0;
+        let mut max_lu = 0;
         let steps = arch
             .steps()
             .map(|s| {
@@ -97,6 +117,18 @@ impl<T: Real> Workspace<T> {
                     w1t: vec![T::ZERO; s.nn.nin * w],
                     w2t: vec![T::ZERO; w * w],
                     w3t: vec![T::ZERO; w * s.nn.nout],
+                    lu: s.lu.map(|_| {
+                        max_lu = max_lu.max(s.c);
+                        LuCache {
+                            perm: vec![0; s.c],
+                            lfull: vec![T::ZERO; s.c * s.c],
+                            ufull: vec![T::ZERO; s.c * s.c],
+                            lt: vec![T::ZERO; s.c * s.c],
+                            ut: vec![T::ZERO; s.c * s.c],
+                            a: vec![T::ZERO; cap * s.c],
+                            b: vec![T::ZERO; cap * s.c],
+                        }
+                    }),
                 }
             })
             .collect();
@@ -112,6 +144,9 @@ impl<T: Real> Workspace<T> {
             dq: vec![T::ZERO; cap * max_out],
             dr: vec![T::ZERO; cap * w],
             dh: vec![T::ZERO; cap * w],
+            cc: vec![T::ZERO; max_lu * max_lu],
+            lu_db: vec![T::ZERO; cap * max_lu],
+            lu_da: vec![T::ZERO; cap * max_lu],
         }
     }
 
@@ -373,12 +408,34 @@ fn step_forward<T: Real>(
     for l in logdet[..rows].iter_mut() {
         *l += ld;
     }
-    // reversal, caching actnorm output and coupling input
     for i in 0..rows {
-        let row = &mut x[i * dim..i * dim + ch];
-        c.act_out[i * ch..(i + 1) * ch].copy_from_slice(row);
-        row.reverse();
-        c.cin[i * ch..(i + 1) * ch].copy_from_slice(row);
+        c.act_out[i * ch..(i + 1) * ch].copy_from_slice(&x[i * dim..i * dim + ch]);
+    }
+    // permutation
+    match (s.lu, c.lu.as_mut()) {
+        (Some(lu), Some(lc)) => {
+            let ld = build_lu(params.get(), lu, ch, lc);
+            for l in logdet[..rows].iter_mut() {
+                *l += ld;
+            }
+            for i in 0..rows {
+                let row = &x[i * dim..i * dim + ch];
+                for (a, &pj) in lc.a[i * ch..(i + 1) * ch].iter_mut().zip(&lc.perm) {
+                    *a = row[pj];
+                }
+            }
+            matmul(&lc.a, ch, rows, ch, &lc.lfull, ch, &mut lc.b, ch, false);
+            matmul(&lc.b, ch, rows, ch, &lc.ufull, ch, x, dim, false);
+        }
+        _ => {
+            for i in 0..rows {
+                x[i * dim..i * dim + ch].reverse();
+            }
+        }
+    }
+    // coupling input
+    for i in 0..rows {
+        c.cin[i * ch..(i + 1) * ch].copy_from_slice(&x[i * dim..i * dim + ch]);
     }
     // coupling
     let cin = std::mem::take(&mut c.cin);
@@ -479,12 +536,48 @@ pub(crate) fn inverse<T: Real>(arch: &Arch, params: &[T], ws: &mut Workspace<T>,
                 }
             }
         }
-        // reversal inverse, then actnorm inverse
+        // permutation inverse
+        match (s.lu, c.lu.as_mut()) {
+            (Some(lu), Some(lc)) => {
+                build_lu(params, lu, ch, lc);
+                for i in 0..rows {
+                    let row = &mut ws.x[i * dim..i * dim + ch];
+                    let bv = &mut lc.b[i * ch..(i + 1) * ch];
+                    // y = b U: forward substitution
+                    for j in 0..ch {
+                        let mut acc = row[j];
+                        for (k, &u) in lc.ut[j * ch..j * ch + j].iter().enumerate() {
+                            acc -= bv[k] * u;
+                        }
+                        bv[j] = acc / lc.ufull[j * ch + j];
+                    }
+                    // b = a L (unit lower): back substitution
+                    let av = &mut lc.a[i * ch..(i + 1) * ch];
+                    for j in (0..ch).rev() {
+                        let mut acc = bv[j];
+                        for (&a, &l) in av[j + 1..].iter().zip(&lc.lt[j * ch + j + 1..(j + 1) * ch])
+                        {
+                            acc -= a * l;
+                        }
+                        av[j] = acc;
+                    }
+                    // a = x P
+                    for (&pj, &a) in lc.perm.iter().zip(av.iter()) {
+                        row[pj] = a;
+                    }
+                }
+            }
+            _ => {
+                for i in 0..rows {
+                    ws.x[i * dim..i * dim + ch].reverse();
+                }
+            }
+        }
+        // actnorm inverse
         let b = &params[s.an.b..s.an.b + ch];
         exp3(&params[s.an.logs..s.an.logs + ch], &mut c.e);
         for i in 0..rows {
             let row = &mut ws.x[i * dim..i * dim + ch];
-            row.reverse();
             for ((v, &bb), &ee) in row.iter_mut().zip(b).zip(&c.e) {
                 *v = *v / ee - bb;
             }
@@ -517,6 +610,9 @@ pub(crate) fn backward<T: Real>(
         dq,
         dr,
         dh,
+        cc,
+        lu_db,
+        lu_da,
         ..
     } = ws;
     for (s, c) in arch.steps().rev().zip(steps.iter_mut().rev()) {
@@ -547,9 +643,16 @@ pub(crate) fn backward<T: Real>(
             }
         }
         nn_backward(params, s.nn, ch, rows, c, d_o, dq, dr, dh, g, dim, grads);
-        // reversal
-        for i in 0..rows {
-            g[i * dim..i * dim + ch].reverse();
+        // permutation
+        match (s.lu, c.lu.as_mut()) {
+            (Some(lu), Some(lc)) => {
+                lu_backward(lu, ch, rows, lc, g, dim, cc, lu_db, lu_da, kappa, grads)
+            }
+            _ => {
+                for i in 0..rows {
+                    g[i * dim..i * dim + ch].reverse();
+                }
+            }
         }
         // actnorm: y = (x + b) * e, logdet = sum(3 logs)
         let an = s.an;
@@ -656,6 +759,87 @@ fn nn_backward<T: Real>(
     );
     transpose(&params[nn.w1..nn.w1 + nin * w], nin, w, &mut c.w1t);
     matmul(dh, w, rows, w, &c.w1t, nin, g, dim, true);
+}
+
+/// Assembles `L` (unit lower), `U` (upper with diagonal sign_s exp(log_s)),
+/// their transposes and the permutation from the parameters. Returns the
+/// log-determinant, sum(log_s).
+fn build_lu<T: Real>(p: &[T], lu: LuIdx, c: usize, lc: &mut LuCache<T>) -> f64 {
+    for (j, q) in lc.perm.iter_mut().enumerate() {
+        // Validated as a permutation of 0..c when fitted or loaded.
+        *q = (p[lu.perm + j].to_f64() as usize).min(c - 1);
+    }
+    lc.lfull.fill(T::ZERO);
+    lc.ufull.fill(T::ZERO);
+    let mut logdet = 0.0;
+    for i in 0..c {
+        for j in 0..c {
+            let idx = i * c + j;
+            if i > j {
+                lc.lfull[idx] = p[lu.lower + idx];
+            } else if i < j {
+                lc.ufull[idx] = p[lu.upper + idx];
+            } else {
+                lc.lfull[idx] = T::ONE;
+                lc.ufull[idx] = p[lu.sign_s + j] * p[lu.log_s + j].exp();
+                logdet += p[lu.log_s + j].to_f64();
+            }
+        }
+    }
+    for i in 0..c {
+        for j in 0..c {
+            lc.lt[j * c + i] = lc.lfull[i * c + j];
+            lc.ut[j * c + i] = lc.ufull[i * c + j];
+        }
+    }
+    logdet
+}
+
+/// Backward through `y = ((x P) L) U`: `g[.., ..c]` holds d loss / d y on
+/// entry and d loss / d x on exit.
+#[allow(clippy::too_many_arguments)]
+fn lu_backward<T: Real>(
+    lu: LuIdx,
+    c: usize,
+    rows: usize,
+    lc: &LuCache<T>,
+    g: &mut [T],
+    dim: usize,
+    cc: &mut [T],
+    db: &mut [T],
+    da: &mut [T],
+    kappa: f64,
+    grads: &mut [T],
+) {
+    let cc = &mut cc[..c * c];
+    // dU = b^T dy; the diagonal goes to log_s through U_jj = sign_j exp(log_s_j)
+    cc.fill(T::ZERO);
+    matmul_tn_acc(&lc.b, c, rows, c, g, dim, c, cc);
+    let logdet_grad = T::from_f64(-kappa * rows as f64);
+    for i in 0..c {
+        for j in i + 1..c {
+            grads[lu.upper + i * c + j] += cc[i * c + j];
+        }
+        grads[lu.log_s + i] += cc[i * c + i] * lc.ufull[i * c + i] + logdet_grad;
+    }
+    // db = dy U^T
+    matmul(g, dim, rows, c, &lc.ut, c, db, c, false);
+    // dL = a^T db (strictly lower part)
+    cc.fill(T::ZERO);
+    matmul_tn_acc(&lc.a, c, rows, c, db, c, c, cc);
+    for i in 0..c {
+        for j in 0..i {
+            grads[lu.lower + i * c + j] += cc[i * c + j];
+        }
+    }
+    // da = db L^T, then undo the gather a_j = x[perm[j]]
+    matmul(db, c, rows, c, &lc.lt, c, da, c, false);
+    for i in 0..rows {
+        let grow = &mut g[i * dim..i * dim + c];
+        for (&pj, &d) in lc.perm.iter().zip(&da[i * c..(i + 1) * c]) {
+            grow[pj] = d;
+        }
+    }
 }
 
 /// The gradient slices of an actnorm's bias and log-scale (stored one

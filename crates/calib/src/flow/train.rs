@@ -15,6 +15,9 @@ use crate::FitProgress;
 const BETA1: f64 = 0.9;
 const BETA2: f64 = 0.999;
 const ADAM_EPS: f64 = 1e-8;
+/// A batch NLL this many bits/dim above the first batch's counts as a
+/// divergence (latents of ~40 standard deviations).
+pub(crate) const LOSS_EXPLOSION_BITS: f64 = 1000.0;
 
 pub(crate) struct TrainOutcome {
     pub params: Vec<f32>,
@@ -86,10 +89,10 @@ pub(crate) fn train(
             step += 1;
             let rows = idx.len();
             gather(x, idx, &mut ws, dim);
-            let diverged = |quantity: String| CalibError::Diverged {
+            let diverged = |reason: String| CalibError::Diverged {
                 step,
                 epoch,
-                quantity,
+                reason,
             };
             if step == 1 {
                 net::forward(
@@ -103,7 +106,7 @@ pub(crate) fn train(
                 );
                 if let Some(i) = first_non_finite(&params) {
                     return Err(diverged(format!(
-                        "parameter {} after the data-dependent initialisation",
+                        "parameter {} is not finite after the data-dependent initialisation",
                         arch.tensor_of(i)
                     )));
                 }
@@ -112,10 +115,15 @@ pub(crate) fn train(
             }
             let loss = ws.nll_bits_per_dim(rows);
             if !loss.is_finite() {
-                return Err(diverged(format!("the loss (NLL = {loss})")));
+                return Err(diverged(format!("the loss (NLL = {loss}) is not finite")));
             }
             if step == 1 {
                 initial_loss = loss;
+            } else if loss > initial_loss + LOSS_EXPLOSION_BITS {
+                return Err(diverged(format!(
+                    "the loss exploded to {loss:.4e} bits/dim (first batch: {initial_loss:.4}); \
+                     try a lower lr"
+                )));
             }
             grads.fill(0.0);
             net::backward(arch, &params, &mut ws, rows, &mut grads);
@@ -126,7 +134,10 @@ pub(crate) fn train(
                 grads[i] = 0.0;
             }
             if let Some(i) = first_non_finite(&grads) {
-                return Err(diverged(format!("the gradient of {}", arch.tensor_of(i))));
+                return Err(diverged(format!(
+                    "the gradient of {} is not finite",
+                    arch.tensor_of(i)
+                )));
             }
             // Adam (bias-corrected, as in PyTorch).
             let t = step as i32;
@@ -146,7 +157,10 @@ pub(crate) fn train(
                 *p -= step_size * *mm / denom;
             }
             if let Some(i) = first_non_finite(&params) {
-                return Err(diverged(format!("parameter {}", arch.tensor_of(i))));
+                return Err(diverged(format!(
+                    "parameter {} is not finite",
+                    arch.tensor_of(i)
+                )));
             }
             epoch_sum += loss;
             epoch_batches += 1;
