@@ -22,14 +22,14 @@ fn max_abs(a: &Array2<f32>, b: &Array2<f32>) -> f32 {
 fn trained_flow_is_invertible() {
     let x = embeddings(2000, 16, &[], 1) * 5.0;
     for spec in [
-        "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3",
-        "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3,coupling=affine",
-        "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3,permutation=lu",
-        "flow:levels=2,steps=3,width=16,epochs=3,lr=3e-3,coupling=affine,permutation=lu",
+        "flow:levels=2,steps=3,width=16,epochs=5,lr=3e-3",
+        "flow:levels=2,steps=3,width=16,epochs=5,lr=3e-3,coupling=affine",
+        "flow:levels=2,steps=3,width=16,epochs=5,lr=3e-3,permutation=lu",
+        "flow:levels=2,steps=3,width=16,epochs=5,lr=3e-3,coupling=affine,permutation=lu",
     ] {
         let f = fit_str(spec, &x).unwrap();
         let flow = f.as_flow().unwrap();
-        assert!(flow.train_steps >= 180, "{}", flow.train_steps);
+        assert_eq!(flow.train_steps, 315); // 63 batches x 5 epochs
         let z = f.transform(x.view()).unwrap();
         // the map is far from the identity ...
         assert!(max_abs(&z, &x) > 1.0);
@@ -188,6 +188,50 @@ fn architecture_errors_are_clear() {
         fit_str("flow", &x1.slice(ndarray::s![..1, ..]).to_owned()),
         Err(CalibError::BadData { .. })
     ));
+}
+
+#[test]
+fn flow_transform_checks_its_input() {
+    let x = embeddings(100, 8, &[], 8);
+    let f = fit_str("flow:levels=2,steps=1,width=4", &x).unwrap();
+    let flow = f.as_flow().unwrap();
+    let wrong = Array2::<f32>::zeros((2, 7));
+    for r in [
+        f.transform(wrong.view()).map(|_| ()),
+        flow.inverse(wrong.view()).map(|_| ()),
+        flow.log_prob(wrong.view()).map(|_| ()),
+    ] {
+        assert!(matches!(
+            r,
+            Err(CalibError::DimMismatch {
+                expected: 8,
+                found: 7
+            })
+        ));
+    }
+    let mut bad = x.clone();
+    bad[[9, 4]] = f32::NEG_INFINITY;
+    assert!(matches!(
+        f.transform(bad.view()),
+        Err(CalibError::NonFiniteInput { row: 9, col: 4, .. })
+    ));
+    assert_eq!(
+        f.transform(Array2::<f32>::zeros((0, 8)).view())
+            .unwrap()
+            .dim(),
+        (0, 8)
+    );
+    // more rows than one internal chunk, and row order does not matter
+    let big = embeddings(700, 8, &[], 9);
+    let z = f.transform(big.view()).unwrap();
+    let z_last = f.transform(big.slice(ndarray::s![650.., ..])).unwrap();
+    assert_eq!(z.slice(ndarray::s![650.., ..]), z_last);
+}
+
+#[test]
+fn fitted_calibrators_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Fitted>();
 }
 
 #[test]

@@ -198,6 +198,29 @@ mod tests {
     }
 
     #[test]
+    fn f32_dispatch_matches_the_baseline_build_bit_for_bit() {
+        let mut rng = crate::rng::Rng::new(5);
+        let (m, n, p) = (32, 40, 67);
+        let x: Vec<f32> = (0..m * p).map(|_| rng.normal() as f32).collect();
+        let y: Vec<f32> = (0..p * n).map(|_| rng.normal() as f32).collect();
+        let mut a = vec![0.0f32; m * n];
+        let mut b = vec![0.0f32; m * n];
+        gemm(m, n, p, &x, p, 1, &y, n, &mut a, n, false);
+        gemm_body(m, n, p, &x, p, 1, &y, n, &mut b, n, false);
+        assert!(a.iter().zip(&b).all(|(u, v)| u.to_bits() == v.to_bits()));
+        // and both are the plain in-order sums
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f32;
+                for q in 0..p {
+                    s += x[i * p + q] * y[q * n + j];
+                }
+                assert_eq!(s.to_bits(), a[i * n + j].to_bits());
+            }
+        }
+    }
+
+    #[test]
     fn tiled_products_equal_naive_sums_bit_for_bit() {
         let mut rng = crate::rng::Rng::new(4);
         for (m, n, p) in [

@@ -1,34 +1,4 @@
-//! BERT-flow: a Glow-style normalising flow on the embedding seen as a 1x1
-//! image with C channels, trained by maximum likelihood.
-//!
-//! Architecture (Li et al. 2020, following Glow): `L` levels of `K` steps;
-//! a step is actnorm -> channel reversal -> coupling (additive by default,
-//! optionally Glow's affine coupling). The coupling network is a 1x1 conv
-//! (dense) `C/2 -> W` without bias, actnorm, ReLU, `W -> W` without bias,
-//! actnorm, ReLU, and a zero-initialised `W -> C/2` with bias whose output
-//! is scaled by `exp(3 s)` (Glow's `conv2d_zeros`). After every level but
-//! the last the second half of the channels is split off under a standard
-//! normal prior; the top latent also has a standard normal prior. The
-//! objective is the NLL in bits per dimension, optimised with Adam.
-//!
-//! Zero-variance channels: Glow's actnorm initialisation `log(1/(std +
-//! 1e-6))` gives such a channel a scale of 1e6, and training then keeps
-//! inflating it (the log-likelihood of a constant is unbounded). Here a
-//! channel whose variance on the initialisation batch is zero, or at most
-//! [`crate::ZERO_VARIANCE_RTOL`] times the largest variance of that actnorm,
-//! gets log-scale 0 (scale 1), and in the flow's own actnorms (not those
-//! inside the coupling networks) such a channel's bias and scale are frozen
-//! during training. All initial log-scales are clamped to +-12.
-//!
-//! Divergence: a non-finite loss, gradient or parameter, or a batch NLL
-//! more than 1000 bits/dim above the first batch's (latents of ~40 standard
-//! deviations: the model has blown up), stops the fit with
-//! [`crate::CalibError::Diverged`] naming the step and the quantity; no model is
-//! returned. (`permutation=lu` can blow up this way on strongly correlated
-//! data at lr 1e-3; lr 1e-4 is stable there.)
-//!
-//! The transform returns the full latent `z`, same dimension as the input:
-//! the split-off parts, level 0 first, then the top latent.
+//! BERT-flow (see [`Flow`]).
 
 pub(crate) mod arch;
 mod kernels;
@@ -52,7 +22,49 @@ use net::{Params, Workspace};
 /// Rows processed at once by transform/inverse/log-density.
 const CHUNK: usize = 256;
 
-/// A fitted BERT-flow.
+/// A fitted BERT-flow: a Glow-style normalising flow on the embedding seen
+/// as a 1x1 image with C channels, trained by maximum likelihood.
+///
+/// Architecture (Li et al. 2020, following Glow): `L` levels of `K` steps;
+/// a step is actnorm -> channel reversal (or, with `permutation=lu`, Glow's
+/// LU-parameterised invertible 1x1 convolution) -> coupling (additive by
+/// default, optionally Glow's affine coupling). The coupling network is a 1x1 conv
+/// (dense) `C/2 -> W` without bias, actnorm, ReLU, `W -> W` without bias,
+/// actnorm, ReLU, and a zero-initialised `W -> C/2` with bias whose output
+/// is scaled by `exp(3 s)` (Glow's `conv2d_zeros`). After every level but
+/// the last the second half of the channels is split off under a standard
+/// normal prior; the top latent also has a standard normal prior. The
+/// objective is the NLL in bits per dimension, optimised with Adam.
+///
+/// Zero-variance channels: Glow's actnorm initialisation `log(1/(std +
+/// 1e-6))` gives such a channel a scale of 1e6, and training then keeps
+/// inflating it (the log-likelihood of a constant is unbounded). Here a
+/// channel whose variance on the initialisation batch is zero, or at most
+/// [`crate::ZERO_VARIANCE_RTOL`] times the largest variance of that actnorm,
+/// gets log-scale 0 (scale 1), and in the flow's own actnorms (not those
+/// inside the coupling networks) such a channel's bias and scale are frozen
+/// during training. All initial log-scales are clamped to +-12.
+///
+/// Divergence: a non-finite loss, gradient or parameter, or a batch NLL
+/// more than 1000 bits/dim above the first batch's (latents of ~40 standard
+/// deviations: the model has blown up), stops the fit with
+/// [`crate::CalibError::Diverged`] naming the step and the quantity; no model is
+/// returned. (`permutation=lu` can blow up this way on strongly correlated
+/// data at lr 1e-3; lr 1e-4 is stable there.)
+///
+/// The transform returns the full latent `z`, same dimension as the input:
+/// the split-off parts, level 0 first, then the top latent.
+///
+/// Channel counts: a level with `c` channels splits off its second half,
+/// `c / 2` channels, and passes `c - c / 2` on; a coupling conditions on
+/// the first `c / 2` channels. With even sizes (384 -> 192 -> 96) these are
+/// the paper's exact halves; odd sizes are handled the same way rather than
+/// refused. Only a level left with fewer than 2 channels is an error
+/// ([`crate::CalibError::Architecture`]).
+///
+/// Training is single-threaded and deterministic: the same seed and data
+/// give the same parameters bit for bit (the matrix kernels never fuse
+/// multiply-adds, so their AVX2 and SSE2 builds agree).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Flow {
     /// Hyper-parameters it was trained with.
