@@ -178,6 +178,24 @@ fn divergence_stops_with_an_error_naming_the_step() {
 }
 
 #[test]
+fn exploding_and_non_finite_losses_are_told_apart() {
+    let x = embeddings(2000, 16, &[], 5);
+    let reason = |lr: &str| match fit_str(&format!("flow:levels=2,steps=2,width=8,lr={lr}"), &x) {
+        Err(CalibError::Diverged { reason, .. }) => reason,
+        other => panic!("lr {lr}: expected Diverged, got {other:?}"),
+    };
+    let r = reason("1");
+    assert!(
+        r.contains("the loss exploded") && r.contains("lower lr"),
+        "{r}"
+    );
+    let r = reason("100");
+    assert!(r.contains("not finite"), "{r}");
+    // a sane learning rate on the same data trains
+    assert!(fit_str("flow:levels=2,steps=2,width=8,lr=0.03", &x).is_ok());
+}
+
+#[test]
 fn architecture_errors_are_clear() {
     let x = embeddings(100, 4, &[], 6);
     let e = fit_str("flow:levels=3", &x).unwrap_err();
