@@ -1,8 +1,11 @@
 //! `bertflow`: calibrated sentence embeddings from BERT-family models.
 mod args;
 mod calib;
+mod cmd_analyze;
 mod cmd_encode;
 mod cmd_eval;
+mod cmd_report;
+mod cmd_serve;
 mod embed;
 mod grid;
 mod io;
@@ -43,6 +46,14 @@ enum Command {
     Encode(cmd_encode::EncodeArgs),
     /// Evaluate one pooling (optionally calibrated) on the STS benchmarks.
     Eval(cmd_eval::EvalArgs),
+    /// Analyse the embedding space: anisotropy, singular spectrum, lexical bias,
+    /// alignment/uniformity, word frequency.
+    Analyze(cmd_analyze::AnalyzeArgs),
+    /// Write a self-contained HTML report (and a Markdown twin) with the STS table,
+    /// the analyses and figures.
+    Report(cmd_report::ReportArgs),
+    /// Serve embeddings, similarity and search over HTTP (OpenAI-compatible).
+    Serve(cmd_serve::ServeArgs),
     /// List the poolings and the hidden states each one reads.
     Poolings,
 }
@@ -58,6 +69,9 @@ fn main() {
     let result = match cli.command {
         Command::Encode(a) => cmd_encode::run(a),
         Command::Eval(a) => cmd_eval::run(a),
+        Command::Analyze(a) => cmd_analyze::run(a),
+        Command::Report(a) => cmd_report::run(a),
+        Command::Serve(a) => cmd_serve::run(a),
         Command::Poolings => {
             print!("{}", args::pooling_help());
             Ok(())
