@@ -197,6 +197,64 @@ pub fn load_task(data_dir: &Path, task: Task) -> Result<EvalSet, DataError> {
     })
 }
 
+/// A split of STS-B or SICK-R (STS12–16 have only their test pairs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Split {
+    /// `sts-train.csv` / `SICK_train.txt`.
+    Train,
+    /// `sts-dev.csv` / `SICK_trial.txt`.
+    Dev,
+    /// `sts-test.csv` / `SICK_test_annotated.txt` (what [`load_task`] loads).
+    Test,
+}
+
+impl Split {
+    /// "train", "dev" or "test".
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Dev => "dev",
+            Split::Test => "test",
+        }
+    }
+}
+
+impl std::fmt::Display for Split {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Loads one split of STS-B or SICK-R as an [`EvalSet`] with a single subset named after
+/// the split ("train", "dev", "test"). STS-B dev has 1500 pairs, train 5749, test 1379.
+/// `Split::Test` gives the same pairs as [`load_task`]. For STS12–16, `Split::Test` is
+/// [`load_task`] and the other splits are a [`DataError::NoTrainSplit`] error.
+pub fn load_split(data_dir: &Path, task: Task, split: Split) -> Result<EvalSet, DataError> {
+    if task.sts_year_folder().is_some() {
+        return match split {
+            Split::Test => load_task(data_dir, task),
+            Split::Train | Split::Dev => Err(DataError::NoTrainSplit { task }),
+        };
+    }
+    let files = split_files(data_dir, task);
+    let path = match split {
+        Split::Train => &files[0],
+        Split::Dev => &files[1],
+        Split::Test => &files[2],
+    };
+    let pairs = read_split(path, task)?;
+    if pairs.is_empty() {
+        return Err(DataError::Empty { path: path.clone() });
+    }
+    Ok(EvalSet {
+        name: task.name().to_string(),
+        subsets: vec![Subset {
+            name: split.name().to_string(),
+            pairs,
+        }],
+    })
+}
+
 /// Sentences (labels unused) to fit a calibrator on; see [`FitCorpus`].
 ///
 /// Sentences come in file order (files in the order train, dev/trial, test; STS subsets

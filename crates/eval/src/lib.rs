@@ -4,6 +4,7 @@
 //!   (`--data`, else `BERTFLOW_DATA`, else `../shared/data/sts`).
 //! * [`load_task`] loads a [`Task`]'s scored test pairs as an [`EvalSet`];
 //!   [`load_pairs_file`] loads a user file of `score<TAB>s1<TAB>s2` lines.
+//! * [`load_split`] loads one [`Split`] (train, dev, test) of STS-B or SICK-R.
 //! * [`fit_sentences`] gives the sentences a calibrator is fitted on ([`FitCorpus`]).
 //! * [`unique_sentences`] lists what to embed; [`evaluate`] turns embeddings into
 //!   Spearman/Pearson x100 aggregated by [`Aggregate`]; [`average`] gives the average row.
@@ -29,8 +30,8 @@ mod table;
 mod task;
 
 pub use data::{
-    check_data_dir, dedup_preserving_order, fit_sentences, load_pairs_file, load_task,
-    normalize_sentence, resolve_data_dir, DataError, EvalSet, Pair, Subset, DATA_ENV,
+    check_data_dir, dedup_preserving_order, fit_sentences, load_pairs_file, load_split, load_task,
+    normalize_sentence, resolve_data_dir, DataError, EvalSet, Pair, Split, Subset, DATA_ENV,
     DEFAULT_DATA_DIR,
 };
 pub use score::{
