@@ -77,9 +77,9 @@ pub struct EvalArgs {
 pub fn run(a: EvalArgs) -> Result<()> {
     let targets = a.tasks.targets()?;
     let calib = match (&a.fit, &a.calibrator) {
-        (Some(spec), _) => Calib::Spec(spec.clone()),
+        (Some(spec), _) => Calib::spec(spec.clone()),
         (None, Some(p)) => Calib::File(Box::new(LoadedCalibrator::open(p, a.allow_mismatch)?)),
-        (None, None) => Calib::Spec(CalibSpec::None),
+        (None, None) => Calib::spec(CalibSpec::None),
     };
     if a.fit.is_none() && a.tasks.on != FitOn::Target {
         bail!("--on only applies with --fit");
@@ -104,7 +104,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
         let obj = v.as_object_mut().expect("object");
         obj.insert("model".into(), json!(model));
         obj.insert("aggregate".into(), json!(a.tasks.aggregate.name()));
-        if matches!(calibs[0], Calib::Spec(CalibSpec::None)) {
+        if calibs[0].is_none() {
             obj.insert("calibrator".into(), Value::Null);
         } else {
             obj.insert("fit_on".into(), json!(a.tasks.on.to_string()));
@@ -114,7 +114,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
     }
     let columns: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
     let label = match &calibs[0] {
-        Calib::Spec(CalibSpec::None) => a.pooling.to_string(),
+        c if c.is_none() => a.pooling.to_string(),
         c => format!("{} + {}", a.pooling, c.label()),
     };
     let cells = row.results.iter().map(|r| Some(r.spearman)).collect();

@@ -93,18 +93,30 @@ pub fn load_targets(data_dir: &Path, tasks: &[Task], pairs: &[PathBuf]) -> Resul
     Ok(out)
 }
 
-/// One row of calibration: nothing, a kind fitted per task, or a fitted file.
+/// One row of calibration: a kind fitted per task (`none` for the raw row), or a
+/// fitted file.
 pub enum Calib {
-    Spec(CalibSpec),
+    /// The spec and its label as the user wrote it (the canonical form of a flow
+    /// spec lists every hyper-parameter, too long for a table).
+    Spec(CalibSpec, String),
     File(Box<LoadedCalibrator>),
 }
 
 impl Calib {
+    pub fn spec(spec: CalibSpec) -> Self {
+        let label = spec.to_string();
+        Calib::Spec(spec, label)
+    }
+
     pub fn label(&self) -> String {
         match self {
-            Calib::Spec(s) => s.to_string(),
+            Calib::Spec(_, label) => label.clone(),
             Calib::File(f) => format!("{} ({})", f.path.display(), f.fitted.kind()),
         }
+    }
+
+    pub fn is_none(&self) -> bool {
+        matches!(self, Calib::Spec(CalibSpec::None, _))
     }
 }
 
@@ -151,7 +163,7 @@ pub struct Encoded {
 
 impl Grid<'_> {
     fn needs_fit(&self) -> bool {
-        self.calibs.iter().any(|c| matches!(c, Calib::Spec(s) if *s != CalibSpec::None))
+        self.calibs.iter().any(|c| matches!(c, Calib::Spec(s, _) if *s != CalibSpec::None))
     }
 
     /// Encode every sentence set the grid needs in one pass.
@@ -219,8 +231,8 @@ impl Grid<'_> {
     ) -> Result<Option<Array2<f32>>> {
         let x = &enc.eval[t][p];
         Ok(match calib {
-            Calib::Spec(CalibSpec::None) => None,
-            Calib::Spec(spec) => {
+            Calib::Spec(CalibSpec::None, _) => None,
+            Calib::Spec(spec, _) => {
                 let fitted = match (&self.fit_on, shared.as_ref()) {
                     (FitOn::File(_), Some(f)) => f.clone(),
                     (FitOn::File(_), None) => {

@@ -132,28 +132,3 @@ pub fn npy_bytes(m: &Array2<f32>) -> Vec<u8> {
     }
     out
 }
-
-/// Read a .npy written by [`npy_bytes`] (little-endian f4, C order, 2-D).
-pub fn read_npy(path: &Path) -> Result<Array2<f32>> {
-    let b = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let bad = || anyhow::anyhow!("{}: not a 2-D little-endian float32 .npy file", path.display());
-    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
-        return Err(bad());
-    }
-    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-    let header = std::str::from_utf8(b.get(10..10 + hlen).ok_or_else(bad)?).map_err(|_| bad())?;
-    if !header.contains("'<f4'") || header.contains("'fortran_order': True") {
-        return Err(bad());
-    }
-    let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).ok_or_else(bad)?;
-    let dims: Vec<usize> = shape.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse()).collect::<Result<_, _>>().map_err(|_| bad())?;
-    if dims.len() != 2 {
-        return Err(bad());
-    }
-    let data = &b[10 + hlen..];
-    if data.len() != dims[0] * dims[1] * 4 {
-        return Err(bad());
-    }
-    let v = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    Ok(Array2::from_shape_vec((dims[0], dims[1]), v)?)
-}
