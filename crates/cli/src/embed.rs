@@ -16,13 +16,24 @@ pub struct Embedder {
 
 impl Embedder {
     /// Embeddings of each set for each pooling: result[set][pooling].
-    pub fn embed_sets(&self, sets: &[&[String]], poolings: &[Pooling]) -> Result<Vec<Vec<Array2<f32>>>> {
+    pub fn embed_sets(
+        &self,
+        sets: &[&[String]],
+        poolings: &[Pooling],
+    ) -> Result<Vec<Vec<Array2<f32>>>> {
         let enc = &self.encoder;
-        let sources: Vec<PoolSource> = poolings.iter().map(|p| enc.source(p)).collect::<Result<_, _>>()?;
-        let mut result: Vec<Vec<Option<Array2<f32>>>> = vec![vec![None; poolings.len()]; sets.len()];
+        let sources: Vec<PoolSource> = poolings
+            .iter()
+            .map(|p| enc.source(p))
+            .collect::<Result<_, _>>()?;
+        let mut result: Vec<Vec<Option<Array2<f32>>>> =
+            vec![vec![None; poolings.len()]; sets.len()];
         let mut truncated = 0usize;
         let mut total = 0usize;
-        let key = |set: &[String], src: &PoolSource| EmbeddingCache::key(enc.fingerprint(), &src.key(), enc.max_len(), set);
+        let mut hits = 0usize;
+        let key = |set: &[String], src: &PoolSource| {
+            EmbeddingCache::key(enc.fingerprint(), &src.key(), enc.max_len(), set)
+        };
         if let Some(cache) = &self.cache {
             for (s, set) in sets.iter().enumerate() {
                 for (p, src) in sources.iter().enumerate() {
@@ -33,13 +44,16 @@ impl Embedder {
                                 total += set.len();
                             }
                             result[s][p] = Some(e.embeddings);
+                            hits += 1;
                         }
                     }
                 }
             }
         }
         // Sentences of every set that misses any pooling, deduplicated.
-        let missing_sets: Vec<usize> = (0..sets.len()).filter(|&s| result[s].iter().any(|r| r.is_none())).collect();
+        let missing_sets: Vec<usize> = (0..sets.len())
+            .filter(|&s| result[s].iter().any(|r| r.is_none()))
+            .collect();
         let missing_pool: Vec<usize> = (0..sources.len())
             .filter(|&p| missing_sets.iter().any(|&s| result[s][p].is_none()))
             .collect();
@@ -56,7 +70,9 @@ impl Embedder {
             }
             let srcs: Vec<PoolSource> = missing_pool.iter().map(|&p| sources[p].clone()).collect();
             let pb = progress::bar(texts.len() as u64, "encoding", "sentences");
-            let out = enc.encode(&texts, &srcs, &self.opts, &|done| pb.set_position(done as u64))?;
+            let out = enc.encode(&texts, &srcs, &self.opts, &|done| {
+                pb.set_position(done as u64)
+            })?;
             pb.finish_and_clear();
             for &s in &missing_sets {
                 let rows: Vec<usize> = sets[s].iter().map(|t| index[t.as_str()]).collect();
@@ -67,9 +83,15 @@ impl Embedder {
                     }
                     let m = out.embeddings[k].select(ndarray::Axis(0), &rows);
                     if let Some(cache) = &self.cache {
-                        let entry = CachedEntry { embeddings: m, truncated: set_trunc };
+                        let entry = CachedEntry {
+                            embeddings: m,
+                            truncated: set_trunc,
+                        };
                         if let Err(e) = cache.put(&key(sets[s], &sources[p]), &entry) {
-                            progress::note(format!("warning: cannot write the embedding cache in {}: {e}", cache.dir().display()));
+                            progress::note(format!(
+                                "warning: cannot write the embedding cache in {}: {e}",
+                                cache.dir().display()
+                            ));
                         }
                         result[s][p] = Some(entry.embeddings);
                     } else {
@@ -80,6 +102,13 @@ impl Embedder {
             truncated += out.num_truncated();
             total += texts.len();
         }
+        if let (Some(cache), true) = (&self.cache, hits > 0) {
+            progress::note(format!(
+                "note: reused {hits} of {} embedding matrices from the cache in {}",
+                sets.len() * sources.len(),
+                cache.dir().display()
+            ));
+        }
         if truncated > 0 {
             progress::note(format!(
                 "note: {truncated} of {total} sentences were longer than {} tokens and were truncated",
@@ -88,7 +117,11 @@ impl Embedder {
         }
         Ok(result
             .into_iter()
-            .map(|row| row.into_iter().map(|m| m.expect("every entry filled")).collect())
+            .map(|row| {
+                row.into_iter()
+                    .map(|m| m.expect("every entry filled"))
+                    .collect()
+            })
             .collect())
     }
 
