@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The slow real-data group: every STS regression test on all seven tasks
+# (about 10 minutes on 2 cores). CI runs the reduced versions via scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/fetch_model.sh
+cargo test --release --locked -p bertflow --test sts_scores -- --ignored "$@"
