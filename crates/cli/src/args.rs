@@ -37,7 +37,8 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn load(&self) -> Result<Embedder> {
-        let encoder = Encoder::load(&self.model, self.max_len).with_context(|| format!("cannot load model '{}'", self.model))?;
+        let encoder = Encoder::load(&self.model, self.max_len)
+            .with_context(|| format!("cannot load model '{}'", self.model))?;
         let mut opts = EncodeOptions {
             batch_size: self.batch_size.max(1),
             ..Default::default()
@@ -46,8 +47,18 @@ impl ModelArgs {
             anyhow::ensure!(t >= 1, "--threads must be at least 1");
             opts.threads = t;
         }
-        let cache = (!self.no_cache).then(|| EmbeddingCache::new(self.cache_dir.clone().unwrap_or_else(EmbeddingCache::default_dir)));
-        Ok(Embedder { encoder, opts, cache })
+        let cache = (!self.no_cache).then(|| {
+            EmbeddingCache::new(
+                self.cache_dir
+                    .clone()
+                    .unwrap_or_else(EmbeddingCache::default_dir),
+            )
+        });
+        Ok(Embedder {
+            encoder,
+            opts,
+            cache,
+        })
     }
 }
 

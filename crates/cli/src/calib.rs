@@ -29,7 +29,8 @@ pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, label: &str) -> Result<Fitted> 
         pb.set_position(p.step as u64);
         pb.set_message(format!("{label} nll {:.3}", p.running_loss));
     });
-    let fitted = bertflow_calib::fit(spec, x, &mut opts).with_context(|| format!("fitting {spec} ({label})"))?;
+    let fitted = bertflow_calib::fit(spec, x, &mut opts)
+        .with_context(|| format!("fitting {spec} ({label})"))?;
     drop(opts);
     pb.finish_and_clear();
     Ok(fitted)
@@ -45,7 +46,8 @@ pub struct LoadedCalibrator {
 
 impl LoadedCalibrator {
     pub fn open(path: &Path, allow_mismatch: bool) -> Result<Self> {
-        let (fitted, meta) = bertflow_calib::load(path).with_context(|| format!("cannot load calibrator {}", path.display()))?;
+        let (fitted, meta) = bertflow_calib::load(path)
+            .with_context(|| format!("cannot load calibrator {}", path.display()))?;
         Ok(Self {
             fitted,
             meta,
@@ -64,8 +66,19 @@ impl LoadedCalibrator {
         } else {
             identity
         };
-        let warnings = bertflow_calib::check_compatible(&self.meta, &model, &pooling.to_string(), enc.dim(), self.allow_mismatch)
-            .with_context(|| format!("calibrator {} does not fit these embeddings", self.path.display()))?;
+        let warnings = bertflow_calib::check_compatible(
+            &self.meta,
+            &model,
+            &pooling.to_string(),
+            enc.dim(),
+            self.allow_mismatch,
+        )
+        .with_context(|| {
+            format!(
+                "calibrator {} does not fit these embeddings",
+                self.path.display()
+            )
+        })?;
         for w in warnings {
             progress::note(format!("warning: {w}"));
         }

@@ -52,7 +52,10 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let specs = parse_kinds(&a.kinds)?;
     let targets = a.tasks.targets()?;
     let embedder = a.model.load()?;
-    let calibs: Vec<Calib> = specs.into_iter().map(|(s, label)| Calib::Spec(s, label)).collect();
+    let calibs: Vec<Calib> = specs
+        .into_iter()
+        .map(|(s, label)| Calib::Spec(s, label))
+        .collect();
     let grid = Grid {
         embedder: &embedder,
         data_dir: a.tasks.data.dir(),

@@ -32,7 +32,11 @@ pub struct TaskArgs {
     /// task itself, labels unused: the papers' setting), target-all (also STS15/16's
     /// unscored pairs), train (the train split; STS-B and SICK-R only), or a file of
     /// sentences (one per line) used for every task.
-    #[arg(long, default_value = "target", value_name = "target|target-all|train|FILE")]
+    #[arg(
+        long,
+        default_value = "target",
+        value_name = "target|target-all|train|FILE"
+    )]
     pub on: FitOn,
 }
 
@@ -128,7 +132,11 @@ pub fn run(a: EvalArgs) -> Result<()> {
             if r.subsets.len() > 1 {
                 let cols: Vec<String> = r.subsets.iter().map(|s| s.name.clone()).collect();
                 let cells = r.subsets.iter().map(|s| Some(s.spearman)).collect();
-                println!("\n{}\n{}", t.name, render_table("subset", &cols, &[(t.name.clone(), cells)], false));
+                println!(
+                    "\n{}\n{}",
+                    t.name,
+                    render_table("subset", &cols, &[(t.name.clone(), cells)], false)
+                );
             }
         }
     }

@@ -29,7 +29,10 @@ impl FromStr for Corpus {
                 _ => None,
             };
             if let Some(c) = corpus {
-                return Ok(Corpus::Task(c, task.parse::<Task>().map_err(|e| e.to_string())?));
+                return Ok(Corpus::Task(
+                    c,
+                    task.parse::<Task>().map_err(|e| e.to_string())?,
+                ));
             }
         }
         let p = PathBuf::from(s);
@@ -76,7 +79,12 @@ pub fn run(a: FitArgs) -> Result<()> {
     let emb = a.model.load()?;
     let x = emb.embed(&sentences, &a.pooling)?;
     let fitted = crate::calib::fit(&a.kind, x.view(), &a.kind.to_string())?;
-    let mut meta = CalibratorMeta::new(model_identity(&emb.encoder), a.pooling.to_string(), x.ncols(), x.nrows());
+    let mut meta = CalibratorMeta::new(
+        model_identity(&emb.encoder),
+        a.pooling.to_string(),
+        x.ncols(),
+        x.nrows(),
+    );
     if let CalibSpec::Flow(cfg) = &a.kind {
         meta = meta.with_seed(cfg.seed);
     }

@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use bertflow_calib::{CalibSpec, Calibrator, Fitted};
 use bertflow_encoder::Pooling;
 use bertflow_eval::{
-    dedup_preserving_order, evaluate, fit_sentences, load_pairs_file, load_task, unique_sentences, Aggregate, EvalSet,
-    FitCorpus, Task, TaskResult,
+    dedup_preserving_order, evaluate, fit_sentences, load_pairs_file, load_task, unique_sentences,
+    Aggregate, EvalSet, FitCorpus, Task, TaskResult,
 };
 use ndarray::Array2;
 use std::path::{Path, PathBuf};
@@ -135,7 +135,10 @@ fn fit_corpus(data_dir: &Path, target: &Target, on: &FitOn) -> Result<Vec<String
         (FitOn::TargetAll, Some(t)) => fit_sentences(data_dir, t, FitCorpus::Target)?,
         (FitOn::Train, Some(t)) => fit_sentences(data_dir, t, FitCorpus::Train)?,
         (FitOn::Target | FitOn::TargetAll, None) => unique_sentences(&target.set),
-        (FitOn::Train, None) => bail!("{} is a pair file: it has no train split to fit on", target.name),
+        (FitOn::Train, None) => bail!(
+            "{} is a pair file: it has no train split to fit on",
+            target.name
+        ),
         (FitOn::File(_), _) => unreachable!("file corpora are shared"),
     };
     Ok(dedup_preserving_order(v))
@@ -163,12 +166,18 @@ pub struct Encoded {
 
 impl Grid<'_> {
     fn needs_fit(&self) -> bool {
-        self.calibs.iter().any(|c| matches!(c, Calib::Spec(s, _) if *s != CalibSpec::None))
+        self.calibs
+            .iter()
+            .any(|c| matches!(c, Calib::Spec(s, _) if *s != CalibSpec::None))
     }
 
     /// Encode every sentence set the grid needs in one pass.
     pub fn encode(&self) -> Result<Encoded> {
-        let eval_sentences: Vec<Vec<String>> = self.targets.iter().map(|t| unique_sentences(&t.set)).collect();
+        let eval_sentences: Vec<Vec<String>> = self
+            .targets
+            .iter()
+            .map(|t| unique_sentences(&t.set))
+            .collect();
         let mut fit_sets: Vec<Vec<String>> = Vec::new();
         if self.needs_fit() {
             match &self.fit_on {
@@ -183,7 +192,11 @@ impl Grid<'_> {
                 }
             }
         }
-        let all: Vec<&[String]> = eval_sentences.iter().chain(&fit_sets).map(|v| v.as_slice()).collect();
+        let all: Vec<&[String]> = eval_sentences
+            .iter()
+            .chain(&fit_sets)
+            .map(|v| v.as_slice())
+            .collect();
         let mut mats = self.embedder.embed_sets(&all, self.poolings)?;
         let fit = mats.split_off(eval_sentences.len());
         Ok(Encoded {
@@ -205,8 +218,15 @@ impl Grid<'_> {
                     let x = &enc.eval[t][p];
                     let y = self.calibrated(calib, pooling, &enc, t, p, &mut shared)?;
                     let y = y.as_ref().unwrap_or(x);
-                    let r = evaluate(&target.set, &enc.eval_sentences[t], y.view(), self.aggregate)
-                        .with_context(|| format!("evaluating {} ({pooling}, {})", target.name, calib.label()))?;
+                    let r = evaluate(
+                        &target.set,
+                        &enc.eval_sentences[t],
+                        y.view(),
+                        self.aggregate,
+                    )
+                    .with_context(|| {
+                        format!("evaluating {} ({pooling}, {})", target.name, calib.label())
+                    })?;
                     results.push(r);
                 }
                 rows.push(Row {
@@ -240,7 +260,11 @@ impl Grid<'_> {
                         *shared = Some(f.clone());
                         f
                     }
-                    _ => calib::fit(spec, enc.fit[t][p].view(), &format!("{} {pooling}", self.targets[t].name))?,
+                    _ => calib::fit(
+                        spec,
+                        enc.fit[t][p].view(),
+                        &format!("{} {pooling}", self.targets[t].name),
+                    )?,
                 };
                 Some(fitted.transform(x.view())?)
             }

@@ -30,12 +30,17 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     let name = path.display().to_string();
     let bytes = if name == "-" {
         let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("cannot read standard input")?;
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .context("cannot read standard input")?;
         b
     } else {
         std::fs::read(path).with_context(|| format!("cannot read input file {name}"))?
     };
-    let jsonl = jsonl || matches!(path.extension().and_then(|e| e.to_str()), Some("jsonl" | "ndjson"));
+    let jsonl = jsonl
+        || matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("jsonl" | "ndjson")
+        );
     let mut texts = Vec::new();
     let mut lines = Vec::new();
     let mut raw: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
@@ -44,16 +49,24 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     }
     for (i, line) in raw.iter().enumerate() {
         let lineno = i + 1;
-        let line = std::str::from_utf8(line)
-            .map_err(|e| anyhow::anyhow!("{name}:{lineno}: invalid UTF-8 (byte {} of the line)", e.valid_up_to() + 1))?;
+        let line = std::str::from_utf8(line).map_err(|e| {
+            anyhow::anyhow!(
+                "{name}:{lineno}: invalid UTF-8 (byte {} of the line)",
+                e.valid_up_to() + 1
+            )
+        })?;
         let line = line.strip_suffix('\r').unwrap_or(line);
-        let line = if lineno == 1 { line.strip_prefix('\u{feff}').unwrap_or(line) } else { line };
+        let line = if lineno == 1 {
+            line.strip_prefix('\u{feff}').unwrap_or(line)
+        } else {
+            line
+        };
         let text = if jsonl {
             if line.trim().is_empty() {
                 String::new()
             } else {
-                let v: serde_json::Value =
-                    serde_json::from_str(line).with_context(|| format!("{name}:{lineno}: not a JSON object"))?;
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .with_context(|| format!("{name}:{lineno}: not a JSON object"))?;
                 match v.get("text") {
                     Some(serde_json::Value::String(s)) => s.clone(),
                     Some(_) => bail!("{name}:{lineno}: field \"text\" is not a string"),
@@ -82,7 +95,12 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
 }
 
 /// Write `m` by the extension of `path`: .npy, .jsonl or .safetensors.
-pub fn write_embeddings(path: &Path, m: &Array2<f32>, input: &Input, meta: &HashMap<String, String>) -> Result<()> {
+pub fn write_embeddings(
+    path: &Path,
+    m: &Array2<f32>,
+    input: &Input,
+    meta: &HashMap<String, String>,
+) -> Result<()> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let bytes = match ext {
         "npy" => npy_bytes(m),
@@ -102,13 +120,22 @@ pub fn write_embeddings(path: &Path, m: &Array2<f32>, input: &Input, meta: &Hash
         }
         "safetensors" => {
             let data: Vec<u8> = m.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![m.nrows(), m.ncols()], &data)?;
+            let view = safetensors::tensor::TensorView::new(
+                safetensors::Dtype::F32,
+                vec![m.nrows(), m.ncols()],
+                &data,
+            )?;
             safetensors::tensor::serialize([("embeddings", view)], Some(meta.clone()))?
         }
-        _ => bail!("unknown output format '{}': use .npy, .jsonl or .safetensors", path.display()),
+        _ => bail!(
+            "unknown output format '{}': use .npy, .jsonl or .safetensors",
+            path.display()
+        ),
     };
-    let mut f = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(&bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(&bytes)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

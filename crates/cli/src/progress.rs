@@ -19,8 +19,13 @@ pub fn bar(len: u64, msg: &str, unit: &str) -> ProgressBar {
     if !visible() {
         pb.set_draw_target(ProgressDrawTarget::hidden());
     }
-    let tmpl = format!("{{msg:>12}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})");
-    pb.set_style(ProgressStyle::with_template(&tmpl).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+    let tmpl =
+        format!("{{msg:>12}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})");
+    pb.set_style(
+        ProgressStyle::with_template(&tmpl)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
     pb.set_message(msg.to_string());
     pb
 }
