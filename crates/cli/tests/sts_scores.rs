@@ -192,3 +192,80 @@ fn every_kind_fits_the_zero_variance_pooling() {
         assert!(s.is_finite() && s > 60.0, "{}: {s}", row["calibrator"]);
     }
 }
+
+/// The other poolings against scripts/reference/sts_reference.py (PyTorch transformers,
+/// own loaders, scipy Spearman), in canonical task order.
+const OTHER_POOLINGS: [(&str, Reference); 6] = [
+    (
+        "cls",
+        Reference {
+            scores: [75.06, 76.45, 71.51, 75.30, 73.54, 73.50, 70.47],
+            avg: 73.69,
+        },
+    ),
+    (
+        "pooler",
+        Reference {
+            scores: [74.74, 76.03, 71.14, 74.72, 73.36, 73.08, 70.25],
+            avg: 73.33,
+        },
+    ),
+    (
+        "first-last-avg",
+        Reference {
+            scores: [69.65, 79.23, 73.90, 84.98, 80.59, 81.55, 75.30],
+            avg: 77.89,
+        },
+    ),
+    (
+        "emb-last-avg",
+        Reference {
+            scores: [71.28, 79.69, 74.71, 85.48, 80.95, 82.38, 75.77],
+            avg: 78.61,
+        },
+    ),
+    (
+        "last2-avg",
+        Reference {
+            scores: [69.42, 77.68, 72.75, 83.85, 78.29, 80.64, 76.99],
+            avg: 77.09,
+        },
+    ),
+    (
+        "emb-avg",
+        Reference {
+            scores: [47.78, 59.33, 50.99, 68.92, 61.20, 55.60, 61.68],
+            avg: 57.93,
+        },
+    ),
+];
+
+fn other_poolings(tasks: &[&str]) {
+    let names: Vec<&str> = OTHER_POOLINGS.iter().map(|(n, _)| *n).collect();
+    let v = run_json(&[
+        "compare",
+        "--poolings",
+        &names.join(","),
+        "--kinds",
+        "none",
+        "--tasks",
+        &tasks.join(","),
+    ]);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), names.len());
+    for (row, (name, want)) in rows.iter().zip(&OTHER_POOLINGS) {
+        assert_eq!(row["pooling"], *name);
+        check(row, want, tasks, 0.05);
+    }
+}
+
+#[test]
+fn other_poolings_match_reference_ci() {
+    other_poolings(&["STS16"]);
+}
+
+#[test]
+#[ignore = "slow: all seven tasks; run scripts/slow-tests.sh"]
+fn other_poolings_match_reference_all_tasks() {
+    other_poolings(&TASKS);
+}
