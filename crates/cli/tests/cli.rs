@@ -557,3 +557,53 @@ fn calibrator_file_round_trip_and_mismatch_errors() {
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("levels must be an integer"));
 }
+
+#[test]
+fn flow_fit_is_bit_for_bit_reproducible_and_seeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("c");
+    let corpus = dir.path().join("corpus.txt");
+    let text: String = (0..200)
+        .map(|i| {
+            format!(
+                "Item {i}: a note about subject {} and colour {}.\n",
+                i % 11,
+                i % 5
+            )
+        })
+        .collect();
+    std::fs::write(&corpus, text).unwrap();
+    let fit = |seed: u32, name: &str| {
+        let out = dir.path().join(name);
+        let kind = format!("flow:seed={seed},batch=16");
+        ok(&bertflow(
+            &[
+                "fit",
+                "--kind",
+                &kind,
+                "--on",
+                corpus.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            &cache,
+        ));
+        std::fs::read(out).unwrap()
+    };
+    let a = fit(7, "a.safetensors");
+    let b = fit(7, "b.safetensors");
+    let c = fit(8, "c.safetensors");
+    assert_eq!(a, b, "same seed, same file");
+    assert_ne!(a, c, "another seed, another flow");
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&a).unwrap();
+    let header = &meta.metadata().as_ref().unwrap()["bertflow_calibrator"];
+    let v: serde_json::Value = serde_json::from_str(header).unwrap();
+    assert_eq!(v["meta"]["seed"], 7);
+    assert_eq!(v["meta"]["fit_corpus_size"], 200);
+    assert_eq!(v["meta"]["pooling"], "last-avg");
+    assert_eq!(v["meta"]["input_dim"], 384);
+    assert!(v["meta"]["model"]
+        .as_str()
+        .unwrap()
+        .starts_with("all-MiniLM-L6-v2@"));
+}
