@@ -78,8 +78,8 @@ fn check_against_golden(model: &str, max_len: usize, threads: usize, batch_size:
     }
     if max_len == 16 {
         assert!(
-            out.truncated >= 1 && out.truncated == expect_trunc,
-            "truncated {}",
+            out.num_truncated() >= 1 && out.num_truncated() == expect_trunc,
+            "truncated {:?}",
             out.truncated
         );
     } else {
