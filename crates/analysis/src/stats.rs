@@ -1,61 +1,22 @@
 //! Small statistics helpers: tie-aware ranks, Pearson and Spearman correlation.
+//! One implementation serves the whole workspace: these wrap
+//! [`bertflow_eval::metrics`] and turn its errors (lengths differ, fewer than two
+//! values, a constant or non-finite input) into `None`.
 
 /// 1-based ranks of `values`; tied values all get the average of the ranks
 /// they span (the "fractional" ranking used by Spearman's rho).
-///
-/// Values are ordered with [`f64::total_cmp`]; callers reject NaN beforehand.
 pub fn average_ranks(values: &[f64]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
-    let mut ranks = vec![0.0; values.len()];
-    let mut start = 0;
-    while start < order.len() {
-        let mut end = start + 1;
-        while end < order.len() && values[order[end]] == values[order[start]] {
-            end += 1;
-        }
-        // Positions start..end (0-based) hold ranks start+1..=end; their mean:
-        let rank = (start + 1 + end) as f64 / 2.0;
-        for &idx in &order[start..end] {
-            ranks[idx] = rank;
-        }
-        start = end;
-    }
-    ranks
+    bertflow_eval::metrics::rank_average(values)
 }
 
-/// Pearson correlation of two equally long slices.
-///
-/// `None` when fewer than two values are given, the lengths differ, or either
-/// input is constant (the correlation is undefined then).
+/// Pearson correlation of two equally long slices; `None` when undefined.
 pub fn pearson(x: &[f64], y: &[f64]) -> Option<f64> {
-    if x.len() != y.len() || x.len() < 2 {
-        return None;
-    }
-    let n = x.len() as f64;
-    let mx = x.iter().sum::<f64>() / n;
-    let my = y.iter().sum::<f64>() / n;
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
-    for (a, b) in x.iter().zip(y) {
-        let (dx, dy) = (a - mx, b - my);
-        sxy += dx * dy;
-        sxx += dx * dx;
-        syy += dy * dy;
-    }
-    if sxx <= 0.0 || syy <= 0.0 {
-        return None;
-    }
-    Some((sxy / (sxx.sqrt() * syy.sqrt())).clamp(-1.0, 1.0))
+    bertflow_eval::metrics::pearson(x, y).ok()
 }
 
-/// Spearman's rank correlation with tie-aware average ranks: the Pearson
-/// correlation of [`average_ranks`] of both inputs. Same `None` cases as
-/// [`pearson`].
+/// Spearman's rank correlation with tie-aware average ranks; `None` when undefined.
 pub fn spearman(x: &[f64], y: &[f64]) -> Option<f64> {
-    if x.len() != y.len() {
-        return None;
-    }
-    pearson(&average_ranks(x), &average_ranks(y))
+    bertflow_eval::metrics::spearman(x, y).ok()
 }
 
 #[cfg(test)]
