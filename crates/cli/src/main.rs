@@ -2,8 +2,10 @@
 mod args;
 mod calib;
 mod cmd_analyze;
+mod cmd_compare;
 mod cmd_encode;
 mod cmd_eval;
+mod cmd_fit;
 mod cmd_report;
 mod cmd_serve;
 mod embed;
@@ -13,7 +15,8 @@ mod progress;
 
 use clap::{Parser, Subcommand};
 
-const ABOUT: &str = "Calibrated sentence embeddings from BERT-family models: BERT-flow, whitening and friends, \
+const ABOUT: &str =
+    "Calibrated sentence embeddings from BERT-family models: BERT-flow, whitening and friends, \
 evaluated on the STS benchmarks.";
 
 const LONG_ABOUT: &str = "Calibrated sentence embeddings from BERT-family models.
@@ -46,6 +49,10 @@ enum Command {
     Encode(cmd_encode::EncodeArgs),
     /// Evaluate one pooling (optionally calibrated) on the STS benchmarks.
     Eval(cmd_eval::EvalArgs),
+    /// Fit a calibrator (flow, whiten, sn, natsv, ...) and save it to a file.
+    Fit(cmd_fit::FitArgs),
+    /// Compare poolings x calibrators on the STS benchmarks (the paper-style table).
+    Compare(cmd_compare::CompareArgs),
     /// Analyse the embedding space: anisotropy, singular spectrum, lexical bias,
     /// alignment/uniformity, word frequency.
     Analyze(cmd_analyze::AnalyzeArgs),
@@ -69,6 +76,8 @@ fn main() {
     let result = match cli.command {
         Command::Encode(a) => cmd_encode::run(a),
         Command::Eval(a) => cmd_eval::run(a),
+        Command::Fit(a) => cmd_fit::run(a),
+        Command::Compare(a) => cmd_compare::run(a),
         Command::Analyze(a) => cmd_analyze::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Serve(a) => cmd_serve::run(a),
