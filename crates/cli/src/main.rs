@@ -2,6 +2,7 @@
 mod args;
 mod calib;
 mod cmd_analyze;
+mod cmd_bench;
 mod cmd_compare;
 mod cmd_encode;
 mod cmd_eval;
@@ -61,6 +62,9 @@ enum Command {
     Report(cmd_report::ReportArgs),
     /// Serve embeddings, similarity and search over HTTP (OpenAI-compatible).
     Serve(cmd_serve::ServeArgs),
+    /// Benchmarks: encoder throughput on STS-B test, BERT-flow fit time on the
+    /// 29.5k-sentence fit corpus (compare with scripts/reference/).
+    Bench(cmd_bench::BenchArgs),
     /// List the poolings and the hidden states each one reads.
     Poolings,
 }
@@ -81,6 +85,7 @@ fn main() {
         Command::Analyze(a) => cmd_analyze::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Serve(a) => cmd_serve::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
         Command::Poolings => {
             print!("{}", args::pooling_help());
             Ok(())
