@@ -34,7 +34,7 @@ pub struct ServeArgs {
     /// Pooling; see `bertflow poolings`.
     #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
     pub pooling: Pooling,
-    /// Apply a fitted calibrator (a .safetensors file written by bertflow-calib) to every
+    /// Apply a fitted calibrator (a .safetensors file written by `bertflow fit`) to every
     /// vector served; the dimension becomes the calibrator's output dimension. It must have
     /// been fitted on this model and pooling (see --allow-mismatch).
     #[arg(long, value_name = "FILE")]

@@ -1140,7 +1140,10 @@ fn sigterm_answers_every_request_in_flight_then_exits_zero() {
         server.log()
     );
     // The stderr reader may lag the exit a little.
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.log().contains("server stopped") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(server.log().contains("server stopped"), "{}", server.log());
     eprintln!("SIGTERM with {queued} of {total} inputs still queued: all answered 200, exit 0");
 }
