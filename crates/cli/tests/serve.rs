@@ -19,15 +19,9 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bertflow");
 /// Largest absolute difference allowed between a served vector and `bertflow encode`'s.
-///
-/// Not 1e-6: the encoder's f32 result for a sentence depends slightly on its
-/// batch (padding changes the summation order inside the matmul and softmax
-/// kernels), and `bertflow encode` itself disagrees with itself by up to
-/// 1.4e-6 between `--batch-size 32` and `--batch-size 64` on [`SENTENCES`]
-/// (values up to 1.2). The server packs requests into batches that depend on
-/// timing; observed differences are up to about 1.7e-6. A wrong pooling,
-/// calibrator or row order is off by more than 1e-2.
-const TOL: f32 = 1e-5;
+/// The encoder batches only sentences of equal token length (no padding), so a
+/// sentence's vector does not depend on what the server packed it with.
+const TOL: f32 = 1e-6;
 
 /// Varied sentences: short, medium, long, punctuation, digits, non-ASCII.
 /// None is longer than 512 tokens.

@@ -158,12 +158,17 @@ impl Encoder {
             ids.push(v);
         }
         let tokens: Vec<usize> = ids.iter().map(|v| v.len()).collect();
-        // Longest first: the slowest batches start early, which balances the workers,
-        // and sorting keeps padding small.
+        // Longest first: the slowest batches start early, which balances the workers.
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(tokens[i]));
         let bs = opts.batch_size.max(1);
-        let batches: Vec<&[usize]> = order.chunks(bs).collect();
+        // Every batch holds sentences of one token length: nothing is padded, so a
+        // sentence's vector is bit-for-bit the same whatever else is encoded with it
+        // (padding would change the order of the attention sums).
+        let batches: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| tokens[a] == tokens[b])
+            .flat_map(|run| run.chunks(bs))
+            .collect();
         let upto = sources.iter().map(|s| s.max_layer()).max().unwrap_or(0);
         let outputs: Vec<Mutex<Vec<f32>>> = sources
             .iter()

@@ -111,3 +111,63 @@ fn vocab_txt_alone_gives_the_same_vectors() {
     }
     check_against_golden(tmp.path().to_str().unwrap(), 512, 2, 4);
 }
+
+#[test]
+fn a_sentence_gets_the_same_bits_whatever_its_batch() {
+    let golden = golden();
+    let texts: Vec<String> = golden["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap().to_string())
+        .collect();
+    let enc = Encoder::load(model_dir().to_str().unwrap(), None).unwrap();
+    let src = [enc.source(&Pooling::FirstLastAvg).unwrap()];
+    let together = enc
+        .encode(
+            &texts,
+            &src,
+            &EncodeOptions {
+                batch_size: 64,
+                threads: 2,
+            },
+            &|_| {},
+        )
+        .unwrap();
+    let mut doubled = texts.clone();
+    doubled.extend(texts.iter().rev().cloned());
+    let shuffled = enc
+        .encode(
+            &doubled,
+            &src,
+            &EncodeOptions {
+                batch_size: 3,
+                threads: 1,
+            },
+            &|_| {},
+        )
+        .unwrap();
+    for (i, t) in texts.iter().enumerate() {
+        let alone = enc
+            .encode(
+                &[t],
+                &src,
+                &EncodeOptions {
+                    batch_size: 1,
+                    threads: 1,
+                },
+                &|_| {},
+            )
+            .unwrap();
+        assert_eq!(
+            together.embeddings[0].row(i),
+            alone.embeddings[0].row(0),
+            "{t:?}"
+        );
+        assert_eq!(
+            shuffled.embeddings[0].row(i),
+            alone.embeddings[0].row(0),
+            "{t:?}"
+        );
+    }
+}
