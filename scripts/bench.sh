@@ -6,8 +6,9 @@
 #      (sentence-transformers, torch.set_num_threads 1 and 2);
 #   2. one epoch of the default BERT-flow (L=3, K=3, W=32, Adam 1e-3, batch 32) on the
 #      29,511 unique sentences of all seven tasks: `bertflow bench flow` vs
-#      scripts/reference/flow_torch.py (1 and 2 torch threads) on the very same
-#      embedding matrix (written with --save-npy);
+#      scripts/reference/flow_torch.py (1 and 2 torch threads with PyTorch's default
+#      Adam, and 1 thread with its fused Adam) on the very same embedding matrix
+#      (written with --save-npy);
 #
 # then prints a summary with the ratios. Results (JSON and logs) go to $BENCH_OUT
 # [default: target/bench/<date-time>]. See benchmarks/encode.md and benchmarks/flow.md.
@@ -94,14 +95,16 @@ echo "== flow: encoding the fit corpus (through the cache) to $OUT/fit_emb.npy"
 echo "== flow: bertflow bench flow --repeat $REPEAT"
 wait_quiet
 "$BIN" bench flow --model "$MODEL" --pooling last-avg --repeat "$REPEAT" --json | tee "$OUT/flow_bertflow.json"
-for t in 1 2; do
-    : >"$OUT/flow_torch_t$t.jsonl"
+# PyTorch flow configurations: torch threads and Adam implementation.
+for cfg in 1:default 2:default 1:fused; do
+    t=${cfg%%:*} adam=${cfg#*:}
+    : >"$OUT/flow_torch_t${t}_$adam.jsonl"
     for ((r = 1; r <= REPEAT; r++)); do
-        echo "== flow: flow_torch.py --threads $t (run $r of $REPEAT)"
+        echo "== flow: flow_torch.py --threads $t --adam $adam (run $r of $REPEAT)"
         wait_quiet
-        "$REF_PYTHON" scripts/reference/flow_torch.py "$OUT/fit_emb.npy" --threads "$t" --json |
-            tee "$OUT/flow_torch_t$t.log" | tail -n 1 >>"$OUT/flow_torch_t$t.jsonl"
-        head -n 3 "$OUT/flow_torch_t$t.log"
+        "$REF_PYTHON" scripts/reference/flow_torch.py "$OUT/fit_emb.npy" --threads "$t" --adam "$adam" --json |
+            tee "$OUT/flow_torch.log" | tail -n 1 >>"$OUT/flow_torch_t${t}_$adam.jsonl"
+        head -n 3 "$OUT/flow_torch.log"
     done
 done
 
@@ -124,13 +127,14 @@ for r in enc_rs["results"]:
 flow = json.load(open(f"{out}/flow_bertflow.json"))
 runs = flow["runs"]
 print(f"\nBERT-flow fit, 1 epoch on {flow['sentences']} x {flow['dim']} ({flow['spec']}), seconds, best (median):")
-print(f"  bertflow (1 thread):       {flow['best_seconds']:.2f} ({flow['median_seconds']:.2f}) s, "
+print(f"  {'bertflow (1 thread):':<36} {flow['best_seconds']:.2f} ({flow['median_seconds']:.2f}) s, "
       f"NLL {runs[0]['initial_loss']:.3f} -> {runs[0]['final_loss']:.3f} bits/dim")
-for t in (1, 2):
-    rs = [json.loads(l) for l in open(f"{out}/flow_torch_t{t}.jsonl") if l.strip()]
+for t, adam in ((1, "default"), (2, "default"), (1, "fused")):
+    rs = [json.loads(l) for l in open(f"{out}/flow_torch_t{t}_{adam}.jsonl") if l.strip()]
     secs = [r["seconds"] for r in rs]
     best, med = min(secs), statistics.median(secs)
-    print(f"  PyTorch ({t} thread{'s' if t > 1 else ''}):{' ' * (9 - t // 2)}{best:.2f} ({med:.2f}) s, "
+    label = f"PyTorch ({t} thread{'s' if t > 1 else ''}, Adam {adam}):"
+    print(f"  {label:<36} {best:.2f} ({med:.2f}) s, "
           f"NLL {rs[0]['initial_loss']:.3f} -> {rs[0]['final_loss']:.3f} bits/dim; "
           f"bertflow is {best / flow['best_seconds']:.1f}x faster")
 PY
