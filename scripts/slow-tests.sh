@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The slow real-data group: every STS regression test on all seven tasks
-# (about 10 minutes on 2 cores). CI runs the reduced versions via scripts/test.sh.
+# (about 2 minutes on 2 cores). CI runs the reduced versions via scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
