@@ -35,6 +35,19 @@ fn bertflow(args: &[&str], cache: &Path) -> Output {
         .expect("run bertflow")
 }
 
+/// `bertflow encode -i INPUT -o OUTPUT EXTRA...`
+fn encode(input: &Path, output: &Path, extra: &[&str], cache: &Path) -> Output {
+    let mut args = vec![
+        "encode",
+        "-i",
+        input.to_str().unwrap(),
+        "-o",
+        output.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    bertflow(&args, cache)
+}
+
 fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
@@ -125,16 +138,7 @@ fn encode_writes_npy_jsonl_and_safetensors_in_input_order() {
     );
 
     let jsonl = dir.path().join("e.jsonl");
-    ok(&bertflow(
-        &[
-            "encode",
-            "-i",
-            input.to_str().unwrap(),
-            "-o",
-            jsonl.to_str().unwrap(),
-        ],
-        &cache,
-    ));
+    ok(&encode(&input, &jsonl, &[], &cache));
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&jsonl)
         .unwrap()
         .lines()
@@ -184,16 +188,7 @@ fn encode_writes_npy_jsonl_and_safetensors_in_input_order() {
     )
     .unwrap();
     let npy2 = dir.path().join("e2.npy");
-    ok(&bertflow(
-        &[
-            "encode",
-            "-i",
-            jin.to_str().unwrap(),
-            "-o",
-            npy2.to_str().unwrap(),
-        ],
-        &cache,
-    ));
+    ok(&encode(&jin, &npy2, &[], &cache));
     assert_eq!(read_npy(&npy2).1, v);
 }
 
@@ -204,16 +199,7 @@ fn cache_is_reused_and_a_damaged_entry_is_recomputed() {
     std::fs::write(&input, SENTENCES).unwrap();
     let cache = dir.path().join("cache");
     let out1 = dir.path().join("1.npy");
-    let r = bertflow(
-        &[
-            "encode",
-            "-i",
-            input.to_str().unwrap(),
-            "-o",
-            out1.to_str().unwrap(),
-        ],
-        &cache,
-    );
+    let r = encode(&input, &out1, &[], &cache);
     ok(&r);
     assert!(!String::from_utf8_lossy(&r.stderr).contains("from the cache"));
     let entries: Vec<_> = std::fs::read_dir(&cache)
@@ -222,16 +208,7 @@ fn cache_is_reused_and_a_damaged_entry_is_recomputed() {
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     let out2 = dir.path().join("2.npy");
-    let r = bertflow(
-        &[
-            "encode",
-            "-i",
-            input.to_str().unwrap(),
-            "-o",
-            out2.to_str().unwrap(),
-        ],
-        &cache,
-    );
+    let r = encode(&input, &out2, &[], &cache);
     ok(&r);
     assert!(String::from_utf8_lossy(&r.stderr)
         .contains("reused 1 of 1 embedding matrices from the cache"));
@@ -242,16 +219,7 @@ fn cache_is_reused_and_a_damaged_entry_is_recomputed() {
     b[n - 3] ^= 0x55;
     std::fs::write(&entries[0], &b).unwrap();
     let out3 = dir.path().join("3.npy");
-    let r = bertflow(
-        &[
-            "encode",
-            "-i",
-            input.to_str().unwrap(),
-            "-o",
-            out3.to_str().unwrap(),
-        ],
-        &cache,
-    );
+    let r = encode(&input, &out3, &[], &cache);
     ok(&r);
     assert!(
         !String::from_utf8_lossy(&r.stderr).contains("from the cache"),
