@@ -8,7 +8,7 @@
 //! `O(d^2)` whatever the number of rows, and statistics from different
 //! workers or files merge exactly (up to rounding) into those of the union.
 
-use bertflow_numeric::{centred_gram_cols, col_mean};
+use bertflow_numeric::{centred_gram_sym, col_mean};
 use ndarray::{s, Array1, Array2, ArrayView2};
 
 use crate::error::{CalibError, Result};
@@ -288,27 +288,14 @@ impl MomentStats {
     }
 }
 
-/// A block's own count, mean and symmetrised centred co-moment.
+/// A block's own count, mean and (exactly symmetric) centred co-moment.
 fn block_part<T: Copy + Into<f64> + Sync>(rows: ArrayView2<T>) -> Part {
     let mean = col_mean(rows);
-    let mut m2 = centred_gram_cols(rows, mean.as_slice().expect("contiguous mean"), 1);
-    symmetrise(&mut m2);
+    let m2 = centred_gram_sym(rows, mean.as_slice().expect("contiguous mean"));
     Part {
         count: rows.nrows() as u64,
         mean,
         m2,
-    }
-}
-
-/// Replaces a square matrix by `(A + A^T) / 2`, exactly symmetric.
-fn symmetrise(a: &mut Array2<f64>) {
-    let d = a.nrows();
-    for i in 0..d {
-        for j in 0..i {
-            let v = 0.5 * (a[[i, j]] + a[[j, i]]);
-            a[[i, j]] = v;
-            a[[j, i]] = v;
-        }
     }
 }
 

@@ -20,7 +20,7 @@ pub mod linalg;
 pub mod rng;
 
 pub use linalg::{
-    centred_gram_cols, centred_gram_rows, col_mean, sym_eigen_desc, sym_eigenvalues_desc,
-    EigenError,
+    centred_gram_cols, centred_gram_rows, centred_gram_sym, col_mean, sym_eigen_desc,
+    sym_eigenvalues_desc, EigenError,
 };
 pub use rng::{SplitMix64, Xoshiro256StarStar};

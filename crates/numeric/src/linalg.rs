@@ -107,6 +107,47 @@ pub fn centred_gram_cols<T: Copy + Into<f64> + Sync>(
     total
 }
 
+/// Columns per panel of [`centred_gram_sym`].
+const SYM_PANEL: usize = 128;
+
+/// `Xc^T Xc` (d x d, f64) of `x` centred by `mean`, like
+/// [`centred_gram_cols`] with one thread, but only the panels of columns on
+/// and above the diagonal are multiplied (about half the work for large d)
+/// and the lower triangle is copied from the upper one, so the result is
+/// exactly symmetric. Deterministic; the largest f64 copy is
+/// `GRAM_BLOCK x d`.
+pub fn centred_gram_sym<T: Copy + Into<f64>>(x: ArrayView2<'_, T>, mean: &[f64]) -> Array2<f64> {
+    let (n, d) = x.dim();
+    assert_eq!(mean.len(), d, "centred_gram_sym: mean has the wrong length");
+    let mut g = Array2::<f64>::zeros((d, d));
+    let mut buf = Array2::<f64>::zeros((GRAM_BLOCK.min(n), d));
+    let panels: Vec<(usize, usize)> = (0..d)
+        .step_by(SYM_PANEL)
+        .map(|lo| (lo, (lo + SYM_PANEL).min(d)))
+        .collect();
+    let mut start = 0;
+    while start < n {
+        let end = (start + GRAM_BLOCK).min(n);
+        let mut block = buf.slice_mut(s![..end - start, ..]);
+        centre_rows(x, start, mean, block.view_mut());
+        for (p, &(a0, a1)) in panels.iter().enumerate() {
+            let left = block.slice(s![.., a0..a1]);
+            for &(b0, b1) in &panels[p..] {
+                let right = block.slice(s![.., b0..b1]);
+                let mut out = g.slice_mut(s![a0..a1, b0..b1]);
+                general_mat_mul(1.0, &left.t(), &right, 1.0, &mut out);
+            }
+        }
+        start = end;
+    }
+    for i in 0..d {
+        for j in 0..i {
+            g[[i, j]] = g[[j, i]];
+        }
+    }
+    g
+}
+
 /// `Xc Xc^T` (n x n, f64) of `x` centred by `mean`; the cheaper Gram matrix
 /// when n < d (it has the same non-zero eigenvalues as `Xc^T Xc`).
 pub fn centred_gram_rows<T: Copy + Into<f64>>(x: ArrayView2<'_, T>, mean: &[f64]) -> Array2<f64> {
@@ -227,6 +268,26 @@ mod tests {
         let xc1: Vec<f64> = (0..3).map(|j| f64::from(x[[1, j]]) - mean[j]).collect();
         let dot: f64 = xc0.iter().zip(&xc1).map(|(a, b)| a * b).sum();
         assert!((rows[[0, 1]] - dot).abs() < 1e-12);
+    }
+
+    #[test]
+    fn symmetric_gram_matches_the_full_product() {
+        // 300 columns: three panels, the last one partial; 1100 rows: three blocks.
+        let x = Array2::from_shape_fn((1100, 300), |(i, j)| {
+            ((i * 31 + j * 17) % 23) as f32 * 0.1 + (j % 7) as f32
+        });
+        let mean = col_mean(x.view());
+        let full = centred_gram_cols(x.view(), mean.as_slice().unwrap(), 1);
+        let sym = centred_gram_sym(x.view(), mean.as_slice().unwrap());
+        let scale = full.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (a, b) in sym.iter().zip(full.iter()) {
+            assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
+        }
+        assert_eq!(sym, sym.t());
+        assert_eq!(
+            centred_gram_sym(x.slice(s![..0, ..]), mean.as_slice().unwrap()),
+            Array2::<f64>::zeros((300, 300))
+        );
     }
 
     #[test]
