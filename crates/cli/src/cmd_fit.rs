@@ -2,9 +2,9 @@
 use crate::args::{parse_pooling, DataArgs, ModelArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta};
+use bertflow_calib::{CalibSpec, Calibrator};
+use bertflow_core::fitting::{self, fit_embeddings, ExternalFit, FitOutcome};
 use bertflow_core::io::{read_sentences, EmptyLines};
-use bertflow_core::model_identity;
 use bertflow_encoder::Pooling;
 use bertflow_eval::{dedup_preserving_order, fit_sentences, FitCorpus, Task};
 use clap::Args;
@@ -47,7 +47,19 @@ impl FromStr for Corpus {
     }
 }
 
+const AFTER_HELP: &str =
+    "Memory: whiten, sn, natsv and sn+natsv stream their statistics (count, mean, \
+co-moment matrix in f64), so a corpus or an embedding file of any size fits in memory bounded by \
+one chunk plus a d x d matrix. A flow needs its whole sample in memory: use --sample N for large \
+inputs (N rows drawn with the flow's seed).
+
+Embeddings from anywhere: --embeddings X.npy (float32/float64, n x d, C order) or \
+X.safetensors (one 2-D tensor, 'embeddings' if several) fits on vectors from any model or API; \
+the file then records 'external embeddings' (dimension, a fingerprint of the input, --label) \
+instead of a model. Apply it with `bertflow transform`.";
+
 #[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct FitArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -64,6 +76,19 @@ pub struct FitArgs {
     /// file with one sentence per line (or JSONL with "text"; empty lines skipped).
     #[arg(long, default_value = "target:STS-B", value_name = "CORPUS")]
     pub on: Corpus,
+    /// Fit on these embeddings instead of encoding sentences: a .npy (float32 or
+    /// float64, n x d) or .safetensors file from any source. --model, --pooling and
+    /// --on are then not used.
+    #[arg(long, value_name = "FILE")]
+    pub embeddings: Option<PathBuf>,
+    /// With --embeddings: a label for where the vectors came from (e.g. the model or
+    /// API name), stored in the calibrator file.
+    #[arg(long, requires = "embeddings", value_name = "TEXT")]
+    pub label: Option<String>,
+    /// Fit a flow on N rows (sentences or embedding rows) drawn without replacement
+    /// with the flow's seed [default: all]. Closed-form kinds always use every row.
+    #[arg(long, value_name = "N")]
+    pub sample: Option<usize>,
     #[command(flatten)]
     pub data: DataArgs,
     /// Where to write the calibrator (.safetensors).
@@ -72,31 +97,39 @@ pub struct FitArgs {
 }
 
 pub fn run(a: FitArgs) -> Result<()> {
-    let sentences = match &a.on {
-        Corpus::Task(c, t) => fit_sentences(&a.data.dir(), *t, *c)?,
-        Corpus::File(p) => read_sentences(p, false, EmptyLines::Skip)?.texts,
-    };
-    let sentences = dedup_preserving_order(sentences);
-    let emb = a.model.load()?;
-    let x = emb.embed(&sentences, &a.pooling)?;
-    let fitted =
-        bertflow_core::calibration::fit(&a.kind, x.view(), &a.kind.to_string(), &*emb.progress)?;
-    let mut meta = CalibratorMeta::new(
-        model_identity(&emb.encoder),
-        a.pooling.to_string(),
-        x.ncols(),
-        x.nrows(),
-    );
-    if let CalibSpec::Flow(cfg) = &a.kind {
-        meta = meta.with_seed(cfg.seed);
+    if a.sample == Some(0) {
+        anyhow::bail!("--sample must be at least 1");
     }
+    let (outcome, what) = match &a.embeddings {
+        Some(path) => {
+            let cfg = ExternalFit {
+                input: path.clone(),
+                spec: a.kind.clone(),
+                label: a.label.clone(),
+                sample: a.sample,
+            };
+            let out = fit_embeddings(&cfg, &*progress::handle())?;
+            (out, "embedding rows")
+        }
+        None => {
+            let sentences = match &a.on {
+                Corpus::Task(c, t) => fit_sentences(&a.data.dir(), *t, *c)?,
+                Corpus::File(p) => read_sentences(p, false, EmptyLines::Skip)?.texts,
+            };
+            let sentences = dedup_preserving_order(sentences);
+            let emb = a.model.load()?;
+            let out = fitting::fit_sentences(&emb, &sentences, &a.pooling, &a.kind, a.sample)?;
+            (out, "sentences")
+        }
+    };
+    let FitOutcome { fitted, meta } = outcome;
     fitted
         .save(&a.output, &meta)
         .with_context(|| format!("cannot write {}", a.output.display()))?;
     progress::note(format!(
-        "fitted {} on {} sentences ({} -> {} dims); wrote {}",
+        "fitted {} on {} {what} ({} -> {} dims); wrote {}",
         fitted.describe(),
-        x.nrows(),
+        meta.fit_corpus_size,
         fitted.input_dim(),
         fitted.output_dim(),
         a.output.display()

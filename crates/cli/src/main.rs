@@ -8,6 +8,7 @@ mod cmd_eval;
 mod cmd_fit;
 mod cmd_report;
 mod cmd_serve;
+mod cmd_transform;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +50,9 @@ enum Command {
     /// Fit a calibrator (flow, whiten, sn, natsv, ...) on sentences or on embeddings
     /// from anywhere (.npy, .safetensors) and save it to a file.
     Fit(cmd_fit::FitArgs),
+    /// Apply a calibrator file to embeddings from anywhere (.npy or .safetensors in,
+    /// .npy out), chunk by chunk.
+    Transform(cmd_transform::TransformArgs),
     /// Compare poolings x calibrators on the STS benchmarks (the paper-style table).
     Compare(cmd_compare::CompareArgs),
     /// Analyse the embedding space: anisotropy, singular spectrum, lexical bias,
@@ -78,6 +82,7 @@ fn main() {
         Command::Encode(a) => cmd_encode::run(a),
         Command::Eval(a) => cmd_eval::run(a),
         Command::Fit(a) => cmd_fit::run(a),
+        Command::Transform(a) => cmd_transform::run(a),
         Command::Compare(a) => cmd_compare::run(a),
         Command::Analyze(a) => cmd_analyze::run(a),
         Command::Report(a) => cmd_report::run(a),

@@ -113,7 +113,10 @@ pub fn fit_sentences(
                 _ => sentences.to_vec(),
             };
             let x = embedder.embed(&picked, pooling)?;
-            (calibration::fit(spec, x.view(), &label, progress)?, x.nrows())
+            (
+                calibration::fit(spec, x.view(), &label, progress)?,
+                x.nrows(),
+            )
         }
         spec => {
             let mut stats = MomentStats::new(dim);
@@ -153,7 +156,7 @@ pub fn stream_moments(reader: &mut MatrixReader, progress: &dyn Progress) -> Res
 /// `n` distinct row indices out of `rows`, sorted, chosen by a seeded generator
 /// (Floyd's algorithm: exactly `n` draws).
 pub fn sample_indices(rows: usize, n: usize, seed: u64) -> Vec<usize> {
-    let mut rng = bertflow_calib::Rng::new(seed);
+    let mut rng = bertflow_numeric::Xoshiro256StarStar::new(seed);
     let mut chosen = std::collections::BTreeSet::new();
     for j in rows - n.min(rows)..rows {
         let t = rng.below(j as u64 + 1) as usize;

@@ -20,7 +20,7 @@ pub mod analyze;
 pub mod calibration;
 pub mod embedder;
 pub mod error;
-// pub mod fitting; (enabled once MomentStats lands)
+pub mod fitting;
 pub mod grid;
 pub mod io;
 pub mod matrix_file;

@@ -1,0 +1,45 @@
+//! `bertflow transform`: apply a calibrator file to embeddings from anywhere.
+use crate::progress;
+use anyhow::Result;
+use bertflow_core::fitting::transform_file;
+use bertflow_core::LoadedCalibrator;
+use clap::Args;
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "The input is read and written in chunks of rows, so a file larger than \
+memory works with bounded memory. The calibrator's input dimension must equal the rows' dimension. \
+A calibrator fitted on a bertflow model also applies to vectors made elsewhere by that model and \
+pooling (bertflow cannot check where external vectors came from, and says so).";
+
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct TransformArgs {
+    /// The calibrator (.safetensors from `bertflow fit` or Python `save`).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub calibrator: PathBuf,
+    /// Embeddings: .npy (float32 or float64, n x d, C order) or .safetensors (one 2-D
+    /// tensor, `embeddings` if several).
+    #[arg(long, short = 'i', value_name = "FILE")]
+    pub input: PathBuf,
+    /// Where to write the calibrated embeddings (float32 .npy, same row order).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+pub fn run(a: TransformArgs) -> Result<()> {
+    let calibrator = LoadedCalibrator::open(&a.calibrator, true)?;
+    if !calibrator.meta.is_external() {
+        progress::note(format!(
+            "note: {} was fitted on {} ({}); the input's origin cannot be checked",
+            a.calibrator.display(),
+            calibrator.meta.model,
+            calibrator.meta.pooling
+        ));
+    }
+    let (rows, dim) = transform_file(&calibrator, &a.input, &a.output, &*progress::handle())?;
+    progress::note(format!(
+        "wrote {rows} x {dim} calibrated embeddings to {}",
+        a.output.display()
+    ));
+    Ok(())
+}

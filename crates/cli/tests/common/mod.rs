@@ -1,0 +1,64 @@
+//! Helpers shared by the end-to-end tests of the `bertflow` binary.
+#![allow(dead_code)]
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn model() -> String {
+    let p = repo().join("models/all-MiniLM-L6-v2");
+    assert!(
+        p.join("model.safetensors").is_file(),
+        "run scripts/fetch_model.sh first"
+    );
+    p.to_string_lossy().into_owned()
+}
+
+pub fn data() -> String {
+    std::env::var("BERTFLOW_DATA").unwrap_or_else(|_| {
+        repo()
+            .join("../shared/data/sts")
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+/// Runs the binary with the test model, data and a private cache.
+pub fn bertflow(args: &[&str], cache: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bertflow"))
+        .args(args)
+        .env("BERTFLOW_CACHE", cache)
+        .env("BERTFLOW_MODEL", model())
+        .env("BERTFLOW_DATA", data())
+        .output()
+        .expect("run bertflow")
+}
+
+/// Stdout of a successful run; panics with stderr otherwise.
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "bertflow failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Stderr of a failed run; panics if it succeeded.
+pub fn fails(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected failure, got success: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A float32 .npy file read back (rows, cols, values).
+pub fn read_npy(path: &Path) -> ndarray::Array2<f32> {
+    let mut r = bertflow_core::matrix_file::MatrixReader::open(path).expect("read .npy");
+    r.next_chunk(usize::MAX).expect("read rows").expect("rows")
+}
