@@ -12,6 +12,8 @@
 //! | `natsv:k=N`    | all-but-the-top (Mu & Viswanath 2018)                             |
 //! | `sn+natsv:k=N` | standardisation, then all-but-the-top                             |
 //! | `flow[:...]`   | BERT-flow (Li et al. 2020), see [`FlowConfig`] and [`spec`]       |
+//! | `softwhiten[:alpha=A,shrink=L]` | soft whitening with shrinkage, see [`SoftWhitening`] |
+//! | `auto`         | decides from the fit data alone, see [`Auto`] and [`advise()`]    |
 //!
 //! ```no_run
 //! use bertflow_calib::{check_compatible, fit, load, CalibSpec, Calibrator, CalibratorMeta, FitOptions};
@@ -35,12 +37,15 @@
 
 #![warn(missing_docs)]
 
+mod advise;
+mod auto;
 pub mod error;
 mod flow;
 mod io;
 mod linear;
 mod real;
 mod rng;
+mod softwhiten;
 pub mod spec;
 mod stats;
 
@@ -50,10 +55,13 @@ use std::path::Path;
 use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
+pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
+pub use auto::{Auto, AUTO_RULE};
 pub use error::{CalibError, Result};
 pub use flow::Flow;
 pub use io::{check_compatible, CalibratorMeta, FORMAT_VERSION, METADATA_KEY};
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
+pub use softwhiten::SoftWhitening;
 pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation};
 pub use stats::ZERO_VARIANCE_RTOL;
 
@@ -96,6 +104,12 @@ pub enum Fitted {
     /// `flow`
     #[serde(rename = "flow")]
     Flow(Flow),
+    /// `softwhiten`
+    #[serde(rename = "softwhiten")]
+    SoftWhiten(SoftWhitening),
+    /// `auto`
+    #[serde(rename = "auto")]
+    Auto(Auto),
 }
 
 impl Fitted {
@@ -107,6 +121,8 @@ impl Fitted {
             Fitted::Natsv(c) => c,
             Fitted::SnNatsv(c) => c,
             Fitted::Flow(c) => c,
+            Fitted::SoftWhiten(c) => c,
+            Fitted::Auto(c) => c,
         }
     }
 
@@ -125,6 +141,11 @@ impl Fitted {
             Fitted::Natsv(n) => CalibSpec::Natsv { k: n.k },
             Fitted::SnNatsv(s) => CalibSpec::SnNatsv { k: s.natsv.k },
             Fitted::Flow(f) => CalibSpec::Flow(f.config.clone()),
+            Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten {
+                alpha: s.alpha,
+                shrink: s.shrink,
+            },
+            Fitted::Auto(_) => CalibSpec::Auto,
         }
     }
 
@@ -164,6 +185,8 @@ impl Fitted {
                 s.natsv.write_tensors(w, "natsv.");
             }
             Fitted::Flow(f) => f.write_tensors(w),
+            Fitted::SoftWhiten(s) => s.write_tensors(w, ""),
+            Fitted::Auto(a) => a.write_tensors(w),
         }
     }
 
@@ -184,6 +207,8 @@ impl Fitted {
                 s.natsv.read_tensors(r, "natsv.")
             }
             Fitted::Flow(f) => f.read_tensors(r),
+            Fitted::SoftWhiten(s) => s.read_tensors(r, ""),
+            Fitted::Auto(a) => a.read_tensors(r),
         }
     }
 }
@@ -268,6 +293,10 @@ pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, opts: &mut FitOptions<'_>) -> R
                 .map(|b| &mut **b as &mut dyn FnMut(FitProgress));
             Fitted::Flow(Flow::fit(cfg, x, progress)?)
         }
+        CalibSpec::SoftWhiten { alpha, shrink } => {
+            Fitted::SoftWhiten(SoftWhitening::fit(x, *alpha, *shrink)?)
+        }
+        CalibSpec::Auto => Fitted::Auto(Auto::fit(x)?),
     })
 }
 
