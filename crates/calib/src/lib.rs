@@ -12,6 +12,8 @@
 //! | `natsv:k=N`    | all-but-the-top (Mu & Viswanath 2018)                             |
 //! | `sn+natsv:k=N` | standardisation, then all-but-the-top                             |
 //! | `flow[:...]`   | BERT-flow (Li et al. 2020), see [`FlowConfig`] and [`spec`]       |
+//! | `softwhiten[:alpha=A,shrink=L]` | soft whitening with shrinkage, see [`SoftWhitening`] |
+//! | `auto`         | decides from the fit data alone, see [`Auto`] and [`advise()`]    |
 //!
 //! ```no_run
 //! use bertflow_calib::{check_compatible, fit, load, CalibSpec, Calibrator, CalibratorMeta, FitOptions};
@@ -41,12 +43,15 @@
 
 #![warn(missing_docs)]
 
+mod advise;
+mod auto;
 pub mod error;
 mod flow;
 mod io;
 mod linear;
 mod moments;
 mod real;
+mod softwhiten;
 pub mod spec;
 mod stats;
 
@@ -56,6 +61,8 @@ use std::path::Path;
 use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
+pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
+pub use auto::{Auto, AUTO_RULE};
 pub use error::{CalibError, Result};
 pub use flow::Flow;
 pub use io::{
@@ -63,6 +70,7 @@ pub use io::{
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{fit_from_moments, MomentStats, MOMENT_BLOCK};
+pub use softwhiten::SoftWhitening;
 pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation};
 pub use stats::ZERO_VARIANCE_RTOL;
 
@@ -105,6 +113,12 @@ pub enum Fitted {
     /// `flow`
     #[serde(rename = "flow")]
     Flow(Flow),
+    /// `softwhiten`
+    #[serde(rename = "softwhiten")]
+    SoftWhiten(SoftWhitening),
+    /// `auto`
+    #[serde(rename = "auto")]
+    Auto(Auto),
 }
 
 impl Fitted {
@@ -116,6 +130,8 @@ impl Fitted {
             Fitted::Natsv(c) => c,
             Fitted::SnNatsv(c) => c,
             Fitted::Flow(c) => c,
+            Fitted::SoftWhiten(c) => c,
+            Fitted::Auto(c) => c,
         }
     }
 
@@ -134,6 +150,11 @@ impl Fitted {
             Fitted::Natsv(n) => CalibSpec::Natsv { k: n.k },
             Fitted::SnNatsv(s) => CalibSpec::SnNatsv { k: s.natsv.k },
             Fitted::Flow(f) => CalibSpec::Flow(f.config.clone()),
+            Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten {
+                alpha: s.alpha,
+                shrink: s.shrink,
+            },
+            Fitted::Auto(_) => CalibSpec::Auto,
         }
     }
 
@@ -173,6 +194,8 @@ impl Fitted {
                 s.natsv.write_tensors(w, "natsv.");
             }
             Fitted::Flow(f) => f.write_tensors(w),
+            Fitted::SoftWhiten(s) => s.write_tensors(w, ""),
+            Fitted::Auto(a) => a.write_tensors(w),
         }
     }
 
@@ -193,6 +216,8 @@ impl Fitted {
                 s.natsv.read_tensors(r, "natsv.")
             }
             Fitted::Flow(f) => f.read_tensors(r),
+            Fitted::SoftWhiten(s) => s.read_tensors(r, ""),
+            Fitted::Auto(a) => a.read_tensors(r),
         }
     }
 }
@@ -276,6 +301,10 @@ pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, opts: &mut FitOptions<'_>) -> R
                 .map(|b| &mut **b as &mut dyn FnMut(FitProgress));
             Ok(Fitted::Flow(Flow::fit(cfg, x, progress)?))
         }
+        CalibSpec::SoftWhiten { alpha, shrink } => {
+            Ok(Fitted::SoftWhiten(SoftWhitening::fit(x, *alpha, *shrink)?))
+        }
+        CalibSpec::Auto => Ok(Fitted::Auto(Auto::fit(x)?)),
         CalibSpec::None => {
             stats::check_fit_input("none", x, 1)?;
             Ok(Fitted::None(Identity { dim: x.ncols() }))

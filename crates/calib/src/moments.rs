@@ -13,6 +13,7 @@ use ndarray::{s, Array1, Array2, ArrayView2};
 
 use crate::error::{CalibError, Result};
 use crate::linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
+use crate::softwhiten::{check_params, Eigen, SoftWhitening};
 use crate::spec::CalibSpec;
 use crate::Fitted;
 
@@ -310,6 +311,22 @@ pub fn fit_from_moments(spec: &CalibSpec, stats: &MomentStats) -> Result<Fitted>
         CalibSpec::Whiten { k } => Fitted::Whiten(Whitening::from_moments(stats, *k)?),
         CalibSpec::Natsv { k } => Fitted::Natsv(Natsv::from_moments(stats, *k)?),
         CalibSpec::SnNatsv { k } => Fitted::SnNatsv(SnNatsv::from_moments(stats, *k)?),
+        CalibSpec::SoftWhiten { alpha, shrink } => {
+            check_params(*alpha, *shrink).map_err(|reason| CalibError::BadData {
+                kind: "softwhiten",
+                reason,
+            })?;
+            let e = Eigen::from_moments("softwhiten", stats)?;
+            Fitted::SoftWhiten(SoftWhitening::from_eigen(&e, *alpha, *shrink))
+        }
+        CalibSpec::Auto => {
+            return Err(CalibError::BadData {
+                kind: "auto",
+                reason: "auto measures pair cosines on the rows themselves, not only their \
+                         moment statistics; fit it on the rows (or a sample of them)"
+                    .into(),
+            })
+        }
         CalibSpec::Flow(_) => {
             return Err(CalibError::BadData {
                 kind: "flow",

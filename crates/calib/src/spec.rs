@@ -6,6 +6,7 @@
 //! ```text
 //! spec    := kind [ ":" option { "," option } ]
 //! kind    := "none" | "sn" | "whiten" | "natsv" | "sn+natsv" | "flow"
+//!          | "softwhiten" | "auto"
 //! option  := key "=" value
 //! ```
 //!
@@ -19,6 +20,8 @@
 //! | `flow`     | `levels` (3), `steps` (3), `width` (32), `epochs` (1), `lr` (1e-3),        |
 //! |            | `batch` (32), `seed` (42), `coupling` (`additive`\|`affine`),              |
 //! |            | `permutation` (`reverse`\|`lu`)                                           |
+//! | `softwhiten` | `alpha` (0.5), `shrink` (0): see [`crate::SoftWhitening`]                |
+//! | `auto`     | none: decides from the fit data, see [`crate::Auto`]                       |
 
 use std::fmt;
 use std::str::FromStr;
@@ -59,6 +62,17 @@ pub enum CalibSpec {
     /// BERT-flow (Glow on the embedding seen as a 1x1 image).
     #[serde(rename = "flow")]
     Flow(FlowConfig),
+    /// Soft whitening `U diag(s'^(-alpha/2))` with shrunk eigenvalues `s'`.
+    #[serde(rename = "softwhiten")]
+    SoftWhiten {
+        /// Whitening strength in [0, 1] (0 centres, 1 whitens).
+        alpha: f64,
+        /// Shrinkage of the covariance towards its mean eigenvalue, in [0, 1].
+        shrink: f64,
+    },
+    /// Decides from the fit data how far to go, from identity to whitening.
+    #[serde(rename = "auto")]
+    Auto,
 }
 
 /// Coupling layer of a flow step.
@@ -124,7 +138,7 @@ impl Default for FlowConfig {
     }
 }
 
-const VALID_KINDS: &str = "none, sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N, \
+const VALID_KINDS: &str = "none, sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N, softwhiten[:alpha=A,shrink=L], auto, \
      flow[:levels=L,steps=K,width=W,epochs=E,lr=X,batch=B,seed=S,coupling=additive|affine,permutation=reverse|lu]";
 const FLOW_KEYS: &[&str] = &[
     "levels",
@@ -148,6 +162,8 @@ impl CalibSpec {
             CalibSpec::Natsv { .. } => "natsv",
             CalibSpec::SnNatsv { .. } => "sn+natsv",
             CalibSpec::Flow(_) => "flow",
+            CalibSpec::SoftWhiten { .. } => "softwhiten",
+            CalibSpec::Auto => "auto",
         }
     }
 
@@ -159,7 +175,10 @@ impl CalibSpec {
             reason,
         };
         match self {
-            CalibSpec::None | CalibSpec::Sn => Ok(()),
+            CalibSpec::None | CalibSpec::Sn | CalibSpec::Auto => Ok(()),
+            CalibSpec::SoftWhiten { alpha, shrink } => {
+                crate::softwhiten::check_params(*alpha, *shrink).map_err(err)
+            }
             CalibSpec::Whiten { k: Some(0) } => Err(err("k must be >= 1".into())),
             CalibSpec::Whiten { .. } => Ok(()),
             CalibSpec::Natsv { k } | CalibSpec::SnNatsv { k } => {
@@ -241,7 +260,8 @@ impl FromStr for CalibSpec {
             }
         }
         let allowed: &[&str] = match kind {
-            "none" | "sn" => &[],
+            "none" | "sn" | "auto" => &[],
+            "softwhiten" => &["alpha", "shrink"],
             "whiten" | "natsv" | "sn+natsv" => &["k"],
             "flow" => FLOW_KEYS,
             other => {
@@ -265,6 +285,19 @@ impl FromStr for CalibSpec {
         let spec = match kind {
             "none" => CalibSpec::None,
             "sn" => CalibSpec::Sn,
+            "auto" => CalibSpec::Auto,
+            "softwhiten" => {
+                let num = |key: &str, default: f64| -> Result<f64> {
+                    get(key).map_or(Ok(default), |v| {
+                        v.parse::<f64>()
+                            .map_err(|_| err(format!("{key}={v:?}: expected a number")))
+                    })
+                };
+                CalibSpec::SoftWhiten {
+                    alpha: num("alpha", 0.5)?,
+                    shrink: num("shrink", 0.0)?,
+                }
+            }
             "whiten" => CalibSpec::Whiten {
                 k: get("k").map(|v| parse_usize(s, "k", v)).transpose()?,
             },
@@ -357,12 +390,15 @@ impl fmt::Display for Permutation {
 impl fmt::Display for CalibSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CalibSpec::None | CalibSpec::Sn | CalibSpec::Whiten { k: None } => {
+            CalibSpec::None | CalibSpec::Sn | CalibSpec::Auto | CalibSpec::Whiten { k: None } => {
                 f.write_str(self.kind())
             }
             CalibSpec::Whiten { k: Some(k) } => write!(f, "whiten:k={k}"),
             CalibSpec::Natsv { k } => write!(f, "natsv:k={k}"),
             CalibSpec::SnNatsv { k } => write!(f, "sn+natsv:k={k}"),
+            CalibSpec::SoftWhiten { alpha, shrink } => {
+                write!(f, "softwhiten:alpha={alpha},shrink={shrink}")
+            }
             CalibSpec::Flow(c) => write!(
                 f,
                 "flow:levels={},steps={},width={},epochs={},lr={:e},batch={},seed={},coupling={},permutation={}",

@@ -3,11 +3,11 @@
 use crate::args::{parse_pooling, ModelArgs};
 use crate::cmd_eval::TaskArgs;
 use anyhow::Result;
-use bertflow_core::grid::{parse_calibs, rows_json, Grid};
+use bertflow_core::grid::{parse_calibs, rows_json, Grid, Row, Target};
 use bertflow_encoder::Pooling;
-use bertflow_eval::render_table;
+use bertflow_eval::{average, render_table, Aggregate};
 use clap::Args;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
@@ -30,43 +30,113 @@ pub struct CompareArgs {
 pub fn run(a: CompareArgs) -> Result<()> {
     let calibs = parse_calibs(&a.kinds)?;
     let targets = a.tasks.targets()?;
+    let aggregates = a.tasks.aggregates();
     let embedder = a.model.load()?;
-    let grid = Grid {
-        embedder: &embedder,
-        data_dir: a.tasks.data.dir(),
-        targets: &targets,
-        poolings: &a.poolings,
-        calibs: &calibs,
-        fit_on: a.tasks.on.clone(),
-        aggregate: a.tasks.aggregate,
-    };
-    let (rows, _) = grid.run()?;
+    // One grid per aggregation. Embeddings come from the cache after the
+    // first; calibrators are refitted (deterministically, so the rows agree).
+    // TODO(core): evaluate every aggregation from one fit.
+    let mut all_rows: Vec<Vec<Row>> = Vec::new();
+    for &aggregate in &aggregates {
+        let grid = Grid {
+            embedder: &embedder,
+            data_dir: a.tasks.data.dir(),
+            targets: &targets,
+            poolings: &a.poolings,
+            calibs: &calibs,
+            fit_on: a.tasks.on.clone(),
+            aggregate,
+        };
+        all_rows.push(grid.run()?.0);
+    }
     let model = embedder.encoder.model_id().to_string();
     if a.json {
-        let v = json!({
-            "model": model,
-            "aggregate": a.tasks.aggregate.name(),
-            "fit_on": a.tasks.on.to_string(),
-            "rows": rows_json(&targets, &rows, false),
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&compare_json(
+                &model,
+                &a.tasks.on.to_string(),
+                &targets,
+                &aggregates,
+                &all_rows
+            ))?
+        );
         return Ok(());
     }
     let columns: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
-    let table: Vec<(String, Vec<Option<f64>>)> = rows
-        .iter()
-        .map(|r| {
-            (
-                format!("{} + {}", r.pooling, r.calibrator),
-                r.results.iter().map(|x| Some(x.spearman)).collect(),
-            )
-        })
-        .collect();
-    println!(
-        "{model}, Spearman x100 (aggregate: {}; calibrators fitted on: {})\n{}",
-        a.tasks.aggregate.name(),
-        a.tasks.on,
-        render_table("pooling + calibrator", &columns, &table, true)
-    );
+    for (aggregate, rows) in aggregates.iter().zip(&all_rows) {
+        let table: Vec<(String, Vec<Option<f64>>)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} + {}", r.pooling, r.calibrator),
+                    r.results.iter().map(|x| Some(x.spearman)).collect(),
+                )
+            })
+            .collect();
+        println!(
+            "{model}, Spearman x100 (aggregate: {}; calibrators fitted on: {})\n{}",
+            aggregate.name(),
+            a.tasks.on,
+            render_table("pooling + calibrator", &columns, &table, true)
+        );
+    }
+    if aggregates.len() > 1 {
+        let cols: Vec<String> = aggregates
+            .iter()
+            .map(|g| format!("Avg. {}", g.name()))
+            .collect();
+        let table: Vec<(String, Vec<Option<f64>>)> = (0..all_rows[0].len())
+            .map(|i| {
+                let r = &all_rows[0][i];
+                (
+                    format!("{} + {}", r.pooling, r.calibrator),
+                    all_rows
+                        .iter()
+                        .map(|rows| average(&rows[i].results).map(|x| x.spearman))
+                        .collect(),
+                )
+            })
+            .collect();
+        println!(
+            "Averages over the tasks, side by side\n{}",
+            render_table("pooling + calibrator", &cols, &table, false)
+        );
+    }
     Ok(())
+}
+
+/// `compare --json`: the first aggregation's rows as `rows` (with
+/// `aggregate` naming it, as before), plus, per row, `averages` under every
+/// aggregation asked for, and `by_aggregate` holding every aggregation's rows.
+fn compare_json(
+    model: &str,
+    fit_on: &str,
+    targets: &[Target],
+    aggregates: &[Aggregate],
+    all_rows: &[Vec<Row>],
+) -> Value {
+    let mut by: Map<String, Value> = Map::new();
+    for (g, rows) in aggregates.iter().zip(all_rows) {
+        by.insert(g.name().into(), json!(rows_json(targets, rows, false)));
+    }
+    let mut rows = rows_json(targets, &all_rows[0], false);
+    for (i, row) in rows.iter_mut().enumerate() {
+        let avgs: Map<String, Value> = aggregates
+            .iter()
+            .zip(all_rows)
+            .map(|(g, r)| {
+                let avg = average(&r[i].results).map(|x| (x.spearman * 100.0).round() / 100.0);
+                (g.name().to_string(), json!(avg))
+            })
+            .collect();
+        row["averages"] = Value::Object(avgs);
+    }
+    json!({
+        "model": model,
+        "aggregate": aggregates[0].name(),
+        "aggregates": aggregates.iter().map(|g| g.name()).collect::<Vec<_>>(),
+        "fit_on": fit_on,
+        "rows": rows,
+        "by_aggregate": by,
+    })
 }

@@ -26,8 +26,15 @@ pub struct TaskArgs {
     /// How STS12-16 subsets are combined: all = one correlation over the
     /// concatenated subsets (SimCSE); wmean = subset correlations weighted by size;
     /// mean = plain mean of subset correlations (BERT-flow, BERT-whitening).
-    #[arg(long, default_value = "all", value_name = "all|wmean|mean")]
-    pub aggregate: Aggregate,
+    /// `compare` takes several, comma-separated (e.g. all,wmean), and reports
+    /// them side by side; `eval` takes one.
+    #[arg(
+        long,
+        default_value = "all",
+        value_name = "all|wmean|mean",
+        value_delimiter = ','
+    )]
+    pub aggregate: Vec<Aggregate>,
     /// Where per-task calibrators are fitted: target (every scored sentence of the
     /// task itself, labels unused: the papers' setting), target-all (also STS15/16's
     /// unscored pairs), train (the train split; STS-B and SICK-R only), or a file of
@@ -41,6 +48,29 @@ pub struct TaskArgs {
 }
 
 impl TaskArgs {
+    /// The aggregations asked for, in order, without repeats (at least one).
+    pub fn aggregates(&self) -> Vec<Aggregate> {
+        let mut v: Vec<Aggregate> = Vec::new();
+        for a in &self.aggregate {
+            if !v.contains(a) {
+                v.push(*a);
+            }
+        }
+        if v.is_empty() {
+            v.push(Aggregate::All);
+        }
+        v
+    }
+
+    /// The one aggregation `eval` uses; an error if several were given.
+    pub fn single_aggregate(&self) -> Result<Aggregate> {
+        let v = self.aggregates();
+        if v.len() > 1 {
+            bail!("eval takes one --aggregate (compare reports several side by side)");
+        }
+        Ok(v[0])
+    }
+
     pub fn targets(&self) -> Result<Vec<Target>> {
         let tasks: Vec<Task> = if self.tasks.is_empty() && self.pairs.is_empty() {
             Task::ALL.to_vec()
@@ -80,6 +110,7 @@ pub struct EvalArgs {
 
 pub fn run(a: EvalArgs) -> Result<()> {
     let targets = a.tasks.targets()?;
+    let aggregate = a.tasks.single_aggregate()?;
     let calib = match (&a.fit, &a.calibrator) {
         (Some(spec), _) => Calib::spec(spec.clone()),
         (None, Some(p)) => Calib::File(Box::new(LoadedCalibrator::open(p, a.allow_mismatch)?)),
@@ -98,7 +129,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
         poolings: &poolings,
         calibs: &calibs,
         fit_on: a.tasks.on.clone(),
-        aggregate: a.tasks.aggregate,
+        aggregate,
     };
     let (rows, _) = grid.run()?;
     let row = &rows[0];
@@ -107,7 +138,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
         let mut v = rows_json(&targets, &rows, a.per_subset).remove(0);
         let obj = v.as_object_mut().expect("object");
         obj.insert("model".into(), json!(model));
-        obj.insert("aggregate".into(), json!(a.tasks.aggregate.name()));
+        obj.insert("aggregate".into(), json!(aggregate.name()));
         if calibs[0].is_none() {
             obj.insert("calibrator".into(), Value::Null);
         } else {
@@ -124,7 +155,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
     let cells = row.results.iter().map(|r| Some(r.spearman)).collect();
     println!(
         "{model}, Spearman x100 (aggregate: {})\n{}",
-        a.tasks.aggregate.name(),
+        aggregate.name(),
         render_table("pooling", &columns, &[(label, cells)], true)
     );
     if a.per_subset {

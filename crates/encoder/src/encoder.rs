@@ -4,8 +4,9 @@ use crate::bert::BertModel;
 use crate::config::BertConfig;
 use crate::error::{io_err, EncoderError, Result};
 use crate::files::{ModelFiles, TokenizerFile, WeightsFile};
-use crate::pooling::{PoolSource, Pooling};
+use crate::pooling::{masked_mean, PoolSource, Pooling};
 use crate::tokenize::TextTokenizer;
+use crate::weighting::TokenWeights;
 use crate::weights::Weights;
 use candle_core::{Device, IndexOp, Tensor};
 use ndarray::Array2;
@@ -157,6 +158,22 @@ impl Encoder {
         opts: &EncodeOptions,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Encoded> {
+        self.encode_weighted(texts, sources, opts, None, progress)
+    }
+
+    /// [`Encoder::encode`] with per-token weights for the averaging poolings
+    /// (`PoolSource::Mean`): each sentence's vector is `sum_t w_t h_t / sum_t w_t`
+    /// with `w_t = weights.weight(id_t)` (see [`TokenWeights::sentence`] for a
+    /// sentence whose weights are all 0). `None` is the plain mean. `cls` and
+    /// `pooler` ignore the weights. A cache key must include [`TokenWeights::key`].
+    pub fn encode_weighted<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        weights: Option<&TokenWeights>,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Encoded> {
         let dim = self.dim();
         let n = texts.len();
         let mut ids = Vec::with_capacity(n);
@@ -192,7 +209,7 @@ impl Encoder {
                 return;
             }
             let batch = batches[b];
-            match self.run_batch(batch, &ids, sources, upto) {
+            match self.run_batch(batch, &ids, sources, upto, weights) {
                 Ok(pooled) => {
                     for (out, rows) in outputs.iter().zip(pooled) {
                         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
@@ -241,6 +258,7 @@ impl Encoder {
         ids: &[Vec<u32>],
         sources: &[PoolSource],
         upto: usize,
+        weights: Option<&TokenWeights>,
     ) -> Result<Vec<Vec<f32>>> {
         let lens: Vec<usize> = batch.iter().map(|&i| ids[i].len()).collect();
         let t = lens.iter().copied().max().unwrap_or(0);
@@ -262,6 +280,8 @@ impl Encoder {
                 }
             }
         }
+        let token_weights: Option<Vec<Vec<f32>>> =
+            weights.map(|w| batch.iter().map(|&i| w.sentence(&ids[i])).collect());
         let mut out = Vec::with_capacity(sources.len());
         for src in sources {
             let rows = match src {
@@ -278,39 +298,13 @@ impl Encoder {
                 PoolSource::Mean(layers) => {
                     let hs: Vec<&[f32]> =
                         layers.iter().filter_map(|&l| host[l].as_deref()).collect();
-                    masked_mean(&hs, &lens, t, h)
+                    masked_mean(&hs, &lens, t, h, token_weights.as_deref())
                 }
             };
             out.push(rows);
         }
         Ok(out)
     }
-}
-
-/// Mean over the first `lens[b]` tokens of the element-wise mean of `layers`
-/// (each [b, t, h], row-major).
-fn masked_mean(layers: &[&[f32]], lens: &[usize], t: usize, h: usize) -> Vec<f32> {
-    let mut out = vec![0f32; lens.len() * h];
-    let nl = layers.len() as f32;
-    let mut avg = vec![0f32; h];
-    for (b, &len) in lens.iter().enumerate() {
-        let acc = &mut out[b * h..(b + 1) * h];
-        for tok in 0..len {
-            let base = (b * t + tok) * h;
-            avg.copy_from_slice(&layers[0][base..base + h]);
-            for l in &layers[1..] {
-                for (a, x) in avg.iter_mut().zip(&l[base..base + h]) {
-                    *a += x;
-                }
-            }
-            for (o, a) in acc.iter_mut().zip(&avg) {
-                *o += a / nl;
-            }
-        }
-        let inv = 1.0 / len.max(1) as f32;
-        acc.iter_mut().for_each(|o| *o *= inv);
-    }
-    out
 }
 
 /// Hash of config, tokenizer and (size, head and tail of) the weights file.

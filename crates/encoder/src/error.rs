@@ -32,6 +32,8 @@ pub enum EncoderError {
     NoPooler,
     #[error("max length {0} must be between 2 and the model's position limit {1}")]
     BadMaxLen(usize, usize),
+    #[error("weighting: {0}")]
+    Weighting(String),
     #[error("tensor computation failed: {0}")]
     Candle(#[from] candle_core::Error),
 }

@@ -7,6 +7,7 @@
 //! - [`pooling`]: the poolings and the hidden states each one reads.
 //! - [`encoder`]: batching sorted by length on worker threads, order restored.
 //! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
+//! - [`weighting`]: per-token weights (SIF, uSIF) for the averaging poolings.
 pub mod bert;
 pub mod cache;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod error;
 pub mod files;
 pub mod pooling;
 pub mod tokenize;
+pub mod weighting;
 mod weights;
 
 pub use cache::{CachedEntry, EmbeddingCache};
@@ -22,3 +24,4 @@ pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};
 pub use files::ModelFiles;
 pub use pooling::{PoolSource, Pooling, POOLINGS};
+pub use weighting::{Scheme, TokenCounts, TokenWeights, WeightingSpec};

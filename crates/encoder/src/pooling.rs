@@ -173,6 +173,64 @@ impl fmt::Display for Pooling {
     }
 }
 
+/// Mean over the first `lens[b]` tokens of the element-wise mean of `layers`
+/// (each [b, t, h], row-major). With `weights` (one vector of `lens[b]`
+/// weights per sentence, not all zero) the mean is weighted:
+/// `sum_t w_t x_t / sum_t w_t`; without, every token weighs 1.
+pub fn masked_mean(
+    layers: &[&[f32]],
+    lens: &[usize],
+    t: usize,
+    h: usize,
+    weights: Option<&[Vec<f32>]>,
+) -> Vec<f32> {
+    let mut out = vec![0f32; lens.len() * h];
+    let nl = layers.len() as f32;
+    let mut avg = vec![0f32; h];
+    for (b, &len) in lens.iter().enumerate() {
+        let acc = &mut out[b * h..(b + 1) * h];
+        let w = weights.map(|w| &w[b]);
+        for tok in 0..len {
+            let base = (b * t + tok) * h;
+            avg.copy_from_slice(&layers[0][base..base + h]);
+            for l in &layers[1..] {
+                for (a, x) in avg.iter_mut().zip(&l[base..base + h]) {
+                    *a += x;
+                }
+            }
+            match w {
+                None => {
+                    for (o, a) in acc.iter_mut().zip(&avg) {
+                        *o += a / nl;
+                    }
+                }
+                Some(w) => {
+                    let f = w[tok] / nl;
+                    if f != 0.0 {
+                        for (o, a) in acc.iter_mut().zip(&avg) {
+                            *o += a * f;
+                        }
+                    }
+                }
+            }
+        }
+        let total = match w {
+            None => len.max(1) as f32,
+            Some(w) => {
+                let s: f32 = w[..len].iter().sum();
+                if s > 0.0 {
+                    s
+                } else {
+                    1.0
+                }
+            }
+        };
+        let inv = 1.0 / total;
+        acc.iter_mut().for_each(|o| *o *= inv);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +259,37 @@ mod tests {
             "First-Last-Avg".parse::<Pooling>().unwrap(),
             Pooling::FirstLastAvg
         );
+    }
+
+    #[test]
+    fn weighted_mean_matches_hand_computed_values() {
+        // 2 sentences, t = 3, h = 2, two layers; sentence 1 has 2 real tokens.
+        let l0 = [
+            1.0, 2.0, 3.0, 4.0, 5.0, 6.0, /* s1 */ 7.0, 8.0, 9.0, 10.0, 99.0, 99.0,
+        ];
+        let l1 = [
+            3.0, 2.0, 1.0, 0.0, 1.0, 2.0, /* s1 */ 1.0, 0.0, 3.0, 2.0, 99.0, 99.0,
+        ];
+        let layers: [&[f32]; 2] = [&l0, &l1];
+        // Layer means per token: s0: (2,2), (2,2), (3,4); s1: (4,4), (6,6).
+        let plain = masked_mean(&layers, &[3, 2], 3, 2, None);
+        let want = [7.0 / 3.0, 8.0 / 3.0, 5.0, 5.0];
+        for (a, b) in plain.iter().zip(want) {
+            assert!((a - b).abs() < 1e-6, "{plain:?}");
+        }
+        let w = vec![vec![0.0, 1.0, 3.0], vec![0.5, 1.5]];
+        let weighted = masked_mean(&layers, &[3, 2], 3, 2, Some(&w));
+        // s0: (1*(2,2) + 3*(3,4)) / 4 = (2.75, 3.5); s1: (0.5*4 + 1.5*6)/2 = 5.5.
+        let want = [2.75, 3.5, 5.5, 5.5];
+        for (a, b) in weighted.iter().zip(want) {
+            assert!((a - b).abs() < 1e-6, "{weighted:?}");
+        }
+        // All-ones weights give the plain mean, bit for bit up to rounding.
+        let ones = vec![vec![1.0; 3], vec![1.0; 2]];
+        let again = masked_mean(&layers, &[3, 2], 3, 2, Some(&ones));
+        for (a, b) in again.iter().zip(&plain) {
+            assert!((a - b).abs() < 1e-6);
+        }
     }
 
     #[test]

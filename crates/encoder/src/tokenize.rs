@@ -80,6 +80,10 @@ impl TextTokenizer {
         self.inner.id_to_token(id)
     }
 
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

@@ -1,0 +1,308 @@
+//! "Should I calibrate?": label-free statistics of an embedding matrix, the
+//! decision the `auto` calibrator takes from them, and a sentence a user can
+//! act on.
+
+use ndarray::ArrayView2;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::softwhiten::Eigen;
+
+/// Statistics of a fit matrix (one embedding per row) that drive
+/// [`decide`]. All are invariant to a global scale of the embeddings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoStats {
+    /// Rows.
+    pub n: usize,
+    /// Columns.
+    pub dim: usize,
+    /// Numerical rank of the covariance.
+    pub rank: usize,
+    /// Mean cosine over all pairs of distinct rows (exact, not sampled):
+    /// about 0 for isotropic embeddings, near 1 for a narrow cone.
+    pub mean_cosine: f64,
+    /// The same after subtracting the mean.
+    pub mean_cosine_centred: f64,
+    /// `|mean|^2 / mean(|x|^2)`: the share of the raw second moment that
+    /// is the common mean vector.
+    pub mean_share: f64,
+    /// Share of the variance in the top principal direction.
+    pub top1_share: f64,
+    /// Share of the variance in the top 10 principal directions.
+    pub top10_share: f64,
+    /// Effective rank: `exp(entropy)` of the normalised covariance
+    /// eigenvalues, divided by the numerical rank (1 for a flat spectrum).
+    pub eff_rank_ratio: f64,
+    /// Share of the variance in the top 1% of coordinates (at least one):
+    /// high when a few "rogue" dimensions dominate.
+    pub rogue_share: f64,
+    /// Share of the (squared) mean vector inside the span of the top 10
+    /// principal directions of the centred data: high when the common
+    /// direction is also the main axis of variation (static, frequency-driven
+    /// embeddings), low when it is a constant offset.
+    pub mean_top10_align: f64,
+}
+
+/// Statistics of `x` (fit data: at least 2 rows, finite values).
+pub fn stats(x: ArrayView2<f32>) -> Result<AutoStats> {
+    let e = Eigen::of("auto", x)?;
+    Ok(stats_from(x, &e))
+}
+
+pub(crate) fn stats_from(x: ArrayView2<f32>, e: &Eigen) -> AutoStats {
+    let (n, d) = x.dim();
+    let mean_cosine = mean_pair_cosine(x, None);
+    let mean_cosine_centred = mean_pair_cosine(x, Some(e.mean.as_slice().unwrap_or(&[])));
+    let second: f64 = x
+        .rows()
+        .into_iter()
+        .map(|r| r.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>())
+        .sum::<f64>()
+        / n as f64;
+    let mu2: f64 = e.mean.iter().map(|m| m * m).sum();
+    let vals = &e.values[..e.rank];
+    let total: f64 = vals.iter().sum();
+    let top = |k: usize| vals.iter().take(k).sum::<f64>() / total;
+    let entropy: f64 = vals
+        .iter()
+        .map(|&s| s / total)
+        .filter(|&p| p > 0.0)
+        .map(|p| -p * p.ln())
+        .sum();
+    // Per-coordinate variances are the covariance diagonal: sum_j U_ij^2 s_j.
+    let mut coord_var: Vec<f64> = (0..d)
+        .map(|i| {
+            (0..e.rank)
+                .map(|j| e.vectors[[i, j]].powi(2) * vals[j])
+                .sum()
+        })
+        .collect();
+    coord_var.sort_by(|a, b| b.total_cmp(a));
+    let k = (d / 100).max(1);
+    let mu_norm2: f64 = e.mean.iter().map(|m| m * m).sum();
+    let mean_top10_align = if mu_norm2 > 0.0 {
+        (0..e.rank.min(10))
+            .map(|j| {
+                let dot: f64 = (0..d).map(|i| e.vectors[[i, j]] * e.mean[i]).sum();
+                dot * dot
+            })
+            .sum::<f64>()
+            / mu_norm2
+    } else {
+        0.0
+    };
+    let rogue_share = coord_var[..k].iter().sum::<f64>() / coord_var.iter().sum::<f64>();
+    AutoStats {
+        n,
+        dim: d,
+        rank: e.rank,
+        mean_cosine,
+        mean_cosine_centred,
+        mean_share: if second > 0.0 { mu2 / second } else { 0.0 },
+        top1_share: top(1),
+        top10_share: top(10),
+        eff_rank_ratio: entropy.exp() / e.rank as f64,
+        rogue_share,
+        mean_top10_align,
+    }
+}
+
+/// Mean cosine over the n(n-1)/2 pairs of distinct rows of `x` (minus
+/// `centre`, if given), exactly: with `u_i` the unit rows,
+/// `(|sum u_i|^2 - m) / (m (m - 1))` over the m rows of non-zero norm.
+fn mean_pair_cosine(x: ArrayView2<f32>, centre: Option<&[f64]>) -> f64 {
+    let d = x.ncols();
+    let mut sum = vec![0f64; d];
+    let mut row = vec![0f64; d];
+    let mut m = 0usize;
+    for r in x.rows() {
+        for (j, &v) in r.iter().enumerate() {
+            row[j] = v as f64 - centre.map_or(0.0, |c| c[j]);
+        }
+        let norm = row.iter().map(|v| v * v).sum::<f64>().sqrt();
+        if norm > 0.0 {
+            m += 1;
+            for (s, v) in sum.iter_mut().zip(&row) {
+                *s += v / norm;
+            }
+        }
+    }
+    if m < 2 {
+        return 0.0;
+    }
+    let m = m as f64;
+    (sum.iter().map(|s| s * s).sum::<f64>() - m) / (m * (m - 1.0))
+}
+
+/// What `auto` does with a fit matrix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// `identity`, `centre`, `soft-whiten` or `whiten`.
+    pub action: String,
+    /// Whitening strength of the soft whitening (`None`: identity).
+    pub alpha: Option<f64>,
+    /// Shrinkage of the covariance towards its mean eigenvalue.
+    pub shrink: f64,
+    /// Which statistics led here, in words.
+    pub reason: String,
+}
+
+impl Decision {
+    /// `identity`, or e.g. `soft-whiten alpha=0.6 shrink=0.5`.
+    pub fn summary(&self) -> String {
+        match self.alpha {
+            None => self.action.clone(),
+            Some(a) => format!("{} alpha={a} shrink={}", self.action, self.shrink),
+        }
+    }
+}
+
+/// The constants of the `auto` rule (see [`decide`]). The three thresholds
+/// are the midpoints of the widest gaps in the statistics of 28 fit
+/// matrices (all-MiniLM-L6-v2, poolings last-avg, first-last-avg, cls,
+/// emb-avg, the seven STS fit corpora), found without any score; the
+/// strengths were chosen on STS scores and validated leave-one-task-out
+/// (README, "auto").
+pub mod rule {
+    /// Below this mean pair cosine the embeddings are already isotropic (a
+    /// model trained for cosine similarity): identity.
+    pub const ISOTROPIC_COSINE: f64 = 0.17;
+    /// Share of the mean vector inside the top-10 principal subspace at or
+    /// above which the anisotropy is "spectral": the common direction is also
+    /// the main axis of variation (static, frequency-driven embeddings).
+    pub const ALIGN_SPECTRAL: f64 = 0.34;
+    /// Soft whitening strength for spectral anisotropy.
+    pub const ALPHA_SPECTRAL: f64 = 1.0;
+    /// Shrinkage used with [`ALPHA_SPECTRAL`].
+    pub const SHRINK_SPECTRAL: f64 = 0.25;
+    /// For an offset-type cone (common direction outside the main axes):
+    /// whiten only when it is this narrow (mean pair cosine); a milder offset
+    /// cone is left alone (centring alone costs on fine-tuned models).
+    pub const NARROW_COSINE: f64 = 0.42;
+    /// Soft whitening strength for a narrow offset-type cone.
+    pub const ALPHA_NARROW: f64 = 0.4;
+    /// Shrinkage used with [`ALPHA_NARROW`].
+    pub const SHRINK_NARROW: f64 = 0.0;
+}
+
+fn identity(reason: String) -> Decision {
+    Decision {
+        action: "identity".into(),
+        alpha: None,
+        shrink: 0.0,
+        reason,
+    }
+}
+
+/// The `auto` rule, from the statistics alone:
+/// 1. mean pair cosine < [`rule::ISOTROPIC_COSINE`]: identity;
+/// 2. else, mean vector share in the top-10 principal subspace >=
+///    [`rule::ALIGN_SPECTRAL`]: soft whitening with
+///    [`rule::ALPHA_SPECTRAL`] / [`rule::SHRINK_SPECTRAL`];
+/// 3. else, mean pair cosine >= [`rule::NARROW_COSINE`]: soft whitening
+///    with [`rule::ALPHA_NARROW`] / [`rule::SHRINK_NARROW`];
+/// 4. else identity.
+pub fn decide(s: &AutoStats) -> Decision {
+    let cos = s.mean_cosine;
+    if cos < rule::ISOTROPIC_COSINE {
+        return identity(format!(
+            "mean pair cosine {cos:.3} < {}: already isotropic; calibrating would mostly amplify noise",
+            rule::ISOTROPIC_COSINE
+        ));
+    }
+    let (alpha, shrink, why) = if s.mean_top10_align >= rule::ALIGN_SPECTRAL {
+        (
+            rule::ALPHA_SPECTRAL,
+            rule::SHRINK_SPECTRAL,
+            format!(
+                "the common direction lies in the top principal directions (share {:.3} >= {}): whiten strongly",
+                s.mean_top10_align,
+                rule::ALIGN_SPECTRAL
+            ),
+        )
+    } else if cos >= rule::NARROW_COSINE {
+        (
+            rule::ALPHA_NARROW,
+            rule::SHRINK_NARROW,
+            format!(
+                "the common direction is an offset outside the top principal directions (share {:.3} < {}) \
+                 and the cone is narrow ({cos:.3} >= {}): whiten softly",
+                s.mean_top10_align,
+                rule::ALIGN_SPECTRAL,
+                rule::NARROW_COSINE
+            ),
+        )
+    } else {
+        return identity(format!(
+            "mean pair cosine {cos:.3} in [{}, {}) with the common direction outside the top principal \
+             directions (share {:.3} < {}): a mild offset; whitening would most likely cost",
+            rule::ISOTROPIC_COSINE,
+            rule::NARROW_COSINE,
+            s.mean_top10_align,
+            rule::ALIGN_SPECTRAL
+        ));
+    };
+    let action = if alpha == 0.0 {
+        "centre"
+    } else if alpha == 1.0 && shrink == 0.0 {
+        "whiten"
+    } else {
+        "soft-whiten"
+    };
+    Decision {
+        action: action.into(),
+        alpha: Some(alpha),
+        shrink,
+        reason: format!(
+            "mean pair cosine {cos:.3} >= {}: anisotropic; {why}",
+            rule::ISOTROPIC_COSINE
+        ),
+    }
+}
+
+/// "Should I calibrate?": the statistics, the decision `auto` would take,
+/// the expected direction and a sentence a user can act on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advice {
+    /// Statistics of the matrix.
+    pub stats: AutoStats,
+    /// What `auto` would do.
+    pub decision: Decision,
+    /// `none` (leave as is) or `improves` (calibration expected to help).
+    pub expected: String,
+    /// One sentence to act on.
+    pub message: String,
+}
+
+/// Statistics, decision and advice for an embedding matrix (one row per
+/// sentence; at least 2 rows, finite values). Labels are never needed.
+pub fn advise(x: ArrayView2<f32>) -> Result<Advice> {
+    let e = Eigen::of("auto", x)?;
+    let stats = stats_from(x, &e);
+    let decision = decide(&stats);
+    let (expected, message) = match decision.alpha {
+        None => (
+            "none",
+            format!(
+                "Do not calibrate: {}. Whitening or a flow would most likely lower similarity \
+                 quality; `auto` keeps these embeddings as they are.",
+                decision.reason
+            ),
+        ),
+        Some(_) => (
+            "improves",
+            format!(
+                "Calibrate: {}. Use `auto` (it applies {}), or compare it with whiten and flow \
+                 on scored pairs of your own.",
+                decision.reason,
+                decision.summary()
+            ),
+        ),
+    };
+    Ok(Advice {
+        stats,
+        decision,
+        expected: expected.into(),
+        message,
+    })
+}
