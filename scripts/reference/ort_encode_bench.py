@@ -147,7 +147,8 @@ def main():
                 secs.append(time.perf_counter() - start)
         n = len(texts)
         best, median = min(secs), statistics.median(secs)
-        res = {"threads": t, "seconds": secs, "best_sentences_per_s": n / best,
+        prec = "int8" if "int8" in os.path.basename(a.onnx) else "fp32"
+        res = {"precision": prec, "threads": t, "seconds": secs, "best_sentences_per_s": n / best,
                "median_sentences_per_s": n / median, "load_average_before": os.getloadavg()[0]}
         if lat:
             lat.sort()
@@ -161,7 +162,7 @@ def main():
     if a.json:
         print(json.dumps({"bench": "ort_encode", "onnx": os.path.basename(a.onnx), "mode": a.mode,
                           "sentences": len(texts), "batch_size": a.batch_size, "repeat": a.repeat,
-                          "onnxruntime": ort.__version__, "results": results}, indent=2))
+                          "onnxruntime": ort.__version__, "results": [dict(r, precision="int8" if "int8" in os.path.basename(a.onnx) else "fp32") for r in results]}, indent=2))
 
 
 if __name__ == "__main__":

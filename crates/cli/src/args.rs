@@ -1,7 +1,7 @@
 //! Options shared by several subcommands.
 use crate::embed::Embedder;
 use anyhow::{Context, Result};
-use bertflow_encoder::{EmbeddingCache, EncodeOptions, Encoder, Pooling};
+use bertflow_encoder::{EmbeddingCache, EncodeOptions, Encoder, Pooling, Precision};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -33,12 +33,23 @@ pub struct ModelArgs {
     /// Neither read nor write the embedding cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// Precision of the transformer layers' linear products: fp32, or int8 (s8
+    /// weights per output channel, 7-bit activations per row; AVX512-VNNI, AVX2 or
+    /// portable kernel chosen at run time, or forced with BERTFLOW_INT8_KERNEL).
+    /// bf16 is an error (needs AVX512-BF16; not implemented yet).
+    #[arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = parse_precision)]
+    pub precision: Precision,
 }
 
 impl ModelArgs {
     pub fn load(&self) -> Result<Embedder> {
-        let encoder = Encoder::load(&self.model, self.max_len)
-            .with_context(|| format!("cannot load model '{}'", self.model))?;
+        let encoder = Encoder::load_with_precision(&self.model, self.max_len, self.precision)
+            .with_context(|| {
+                format!(
+                    "cannot load model '{}' ({} precision)",
+                    self.model, self.precision
+                )
+            })?;
         let mut opts = EncodeOptions {
             batch_size: self.batch_size.max(1),
             ..Default::default()
@@ -86,4 +97,8 @@ pub fn pooling_help() -> String {
 
 pub fn parse_pooling(s: &str) -> Result<Pooling, String> {
     s.parse::<Pooling>().map_err(|e| e.to_string())
+}
+
+pub fn parse_precision(s: &str) -> Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.to_string())
 }

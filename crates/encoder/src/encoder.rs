@@ -5,6 +5,7 @@ use crate::config::BertConfig;
 use crate::error::{io_err, EncoderError, Result};
 use crate::files::{ModelFiles, TokenizerFile, WeightsFile};
 use crate::pooling::{PoolSource, Pooling};
+use crate::precision::Precision;
 use crate::tokenize::TextTokenizer;
 use crate::weights::Weights;
 use candle_core::{Device, IndexOp, Tensor};
@@ -58,13 +59,26 @@ pub struct Encoder {
     tokenizer: TextTokenizer,
     model: BertModel,
     max_len: usize,
+    /// Hash of the files, with `-<precision>` appended unless fp32.
     fingerprint: String,
+    files_fingerprint: String,
 }
 
 impl Encoder {
     /// Load `spec` (a directory or a hub id in the local cache). `max_len` defaults to
     /// the model's position limit (512 for BERT).
     pub fn load(spec: &str, max_len: Option<usize>) -> Result<Self> {
+        Self::load_with_precision(spec, max_len, Precision::Fp32)
+    }
+
+    /// [`Encoder::load`] with the linear layers in `precision` (an error where this
+    /// CPU cannot run it, e.g. bf16 without AVX512-BF16).
+    pub fn load_with_precision(
+        spec: &str,
+        max_len: Option<usize>,
+        precision: Precision,
+    ) -> Result<Self> {
+        precision.check_supported()?;
         let files = ModelFiles::resolve(spec)?;
         let text = std::fs::read_to_string(&files.config).map_err(io_err(&files.config))?;
         let config: BertConfig =
@@ -81,14 +95,19 @@ impl Encoder {
         let tokenizer = TextTokenizer::load(&files.tokenizer)?;
         let device = Device::Cpu;
         let weights = Weights::load(&files.weights, &device)?;
-        let model = BertModel::load(&weights, config, &device)?;
-        let fingerprint = fingerprint(&files)?;
+        let model = BertModel::load_with_precision(&weights, config, &device, precision)?;
+        let files_fingerprint = fingerprint(&files)?;
+        let fingerprint = match precision {
+            Precision::Fp32 => files_fingerprint.clone(),
+            p => format!("{files_fingerprint}-{p}"),
+        };
         Ok(Self {
             files,
             tokenizer,
             model,
             max_len,
             fingerprint,
+            files_fingerprint,
         })
     }
 
@@ -116,9 +135,20 @@ impl Encoder {
     pub fn num_layers(&self) -> usize {
         self.model.num_layers()
     }
-    /// A short hash of the model's files: equal fingerprints give equal vectors.
+    /// A short hash of the model's files and, unless fp32, the precision (`-int8`):
+    /// equal fingerprints give equal vectors, so cache keys built from it keep
+    /// fp32 and int8 vectors apart (the fp32 fingerprint is the files' hash alone,
+    /// as before precisions existed).
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
+    }
+    /// The hash of the model's files alone, whatever the precision: the same model
+    /// (e.g. for a calibrator fitted on fp32 vectors and applied to int8 ones).
+    pub fn files_fingerprint(&self) -> &str {
+        &self.files_fingerprint
+    }
+    pub fn precision(&self) -> Precision {
+        self.model.precision()
     }
 
     /// What `pooling` reads from this model; errors for out-of-range layers and for
@@ -148,7 +178,30 @@ impl Encoder {
         opts: &EncodeOptions,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Encoded> {
-        let dim = self.dim();
+        self.encode_impl(texts, sources, opts, progress, true)
+    }
+
+    /// Like [`Encoder::encode`] but in input order: consecutive runs of
+    /// `batch_size` sentences, each padded to its longest (a stream served as it
+    /// comes). Vectors equal [`Encoder::encode`]'s up to float rounding.
+    pub fn encode_in_order<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Encoded> {
+        self.encode_impl(texts, sources, opts, progress, false)
+    }
+
+    fn encode_impl<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        progress: &(dyn Fn(usize) + Sync),
+        sort: bool,
+    ) -> Result<Encoded> {
         let n = texts.len();
         let mut ids = Vec::with_capacity(n);
         let mut truncated = Vec::with_capacity(n);
@@ -160,8 +213,18 @@ impl Encoder {
         let tokens: Vec<usize> = ids.iter().map(|v| v.len()).collect();
         // Longest first: the slowest batches start early, which balances the workers.
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(tokens[i]));
         let bs = opts.batch_size.max(1);
+        if !sort {
+            return self.encode_batches(
+                &order.chunks(bs).collect::<Vec<_>>(),
+                &ids,
+                sources,
+                opts,
+                progress,
+                (tokens, truncated),
+            );
+        }
+        order.sort_by_key(|&i| std::cmp::Reverse(tokens[i]));
         // Every batch holds sentences of one token length: nothing is padded, so a
         // sentence's vector is bit-for-bit the same whatever else is encoded with it
         // (padding would change the order of the attention sums).
@@ -169,6 +232,20 @@ impl Encoder {
             .chunk_by(|&a, &b| tokens[a] == tokens[b])
             .flat_map(|run| run.chunks(bs))
             .collect();
+        self.encode_batches(&batches, &ids, sources, opts, progress, (tokens, truncated))
+    }
+
+    /// Run `batches` (indices into `ids`) on `opts.threads` workers.
+    fn encode_batches(
+        &self,
+        batches: &[&[usize]],
+        ids: &[Vec<u32>],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        progress: &(dyn Fn(usize) + Sync),
+        (tokens, truncated): (Vec<usize>, Vec<bool>),
+    ) -> Result<Encoded> {
+        let (n, dim) = (ids.len(), self.dim());
         let upto = sources.iter().map(|s| s.max_layer()).max().unwrap_or(0);
         let outputs: Vec<Mutex<Vec<f32>>> = sources
             .iter()
@@ -183,7 +260,7 @@ impl Encoder {
                 return;
             }
             let batch = batches[b];
-            match self.run_batch(batch, &ids, sources, upto) {
+            match self.run_batch(batch, ids, sources, upto) {
                 Ok(pooled) => {
                     for (out, rows) in outputs.iter().zip(pooled) {
                         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());

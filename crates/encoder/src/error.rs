@@ -32,6 +32,10 @@ pub enum EncoderError {
     NoPooler,
     #[error("max length {0} must be between 2 and the model's position limit {1}")]
     BadMaxLen(usize, usize),
+    #[error("precision: {0}")]
+    Precision(String),
+    #[error(transparent)]
+    Kernel(#[from] bertflow_kernels::KernelError),
     #[error("tensor computation failed: {0}")]
     Candle(#[from] candle_core::Error),
 }

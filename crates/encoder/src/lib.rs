@@ -6,6 +6,7 @@
 //! - [`bert`]: the forward pass, returning every hidden state (0 = embeddings).
 //! - [`pooling`]: the poolings and the hidden states each one reads.
 //! - [`encoder`]: batching sorted by length on worker threads, order restored.
+//! - [`precision`]: fp32 or int8 linear layers (bertflow-kernels).
 //! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
 pub mod bert;
 pub mod cache;
@@ -14,6 +15,7 @@ pub mod encoder;
 pub mod error;
 pub mod files;
 pub mod pooling;
+pub mod precision;
 pub mod tokenize;
 mod weights;
 
@@ -22,3 +24,4 @@ pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};
 pub use files::ModelFiles;
 pub use pooling::{PoolSource, Pooling, POOLINGS};
+pub use precision::Precision;
