@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# bertflow against its PyTorch references, on the same data and machine:
+# bertflow against its references (ONNX Runtime, PyTorch), on the same data and machine:
 #
-#   1. encoder throughput on the unique sentences of STS-B test:
-#      `bertflow bench encode --threads 1,2` vs scripts/reference/st_encode_bench.py
-#      (sentence-transformers, torch.set_num_threads 1 and 2);
+#   1. encoder throughput on the unique sentences of STS-B test (batch 32, batches of
+#      one token length on both sides): `bertflow bench encode --precision fp32,int8
+#      --threads 1,2` vs scripts/reference/ort_encode_bench.py (ONNX Runtime fp32 and
+#      dynamic int8, exported by scripts/reference/ort_export.py from the same
+#      checkpoint, intra_op_num_threads 1 and 2) and st_encode_bench.py
+#      (sentence-transformers); BENCH_ROUNDS rounds, interleaved, so a busy spell
+#      hits both sides; then single-sentence latency (batch 1, p50/p99) and the
+#      natural mixed-length stream (every STS-B test sentence in file order,
+#      consecutive padded batches), bertflow vs ONNX Runtime;
 #   2. one epoch of the default BERT-flow (L=3, K=3, W=32, Adam 1e-3, batch 32) on the
 #      29,511 unique sentences of all seven tasks: `bertflow bench flow` vs
 #      scripts/reference/flow_torch.py (1 and 2 torch threads with PyTorch's default
@@ -20,6 +26,8 @@
 #                   below this [1.5]; BENCH_MAX_WAIT seconds at most [1800], then go on
 #                   with a warning
 #   BENCH_REPEAT    timed runs per measurement [3]
+#   BENCH_ROUNDS    interleaved rounds of the encode throughput comparison [3]
+#   BENCH_PARTS     which parts: encode, latency, stream, flow [encode,latency,stream,flow]
 #   BERTFLOW_MODEL, BERTFLOW_DATA, BERTFLOW_CACHE  as for bertflow
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +36,9 @@ ROOT=$PWD
 MAX_LOAD=${BENCH_MAX_LOAD:-1.5}
 MAX_WAIT=${BENCH_MAX_WAIT:-1800}
 REPEAT=${BENCH_REPEAT:-3}
+ROUNDS=${BENCH_ROUNDS:-3}
+PARTS=${BENCH_PARTS:-encode,latency,stream,flow}
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
 OUT=${BENCH_OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}
 MODEL=${BERTFLOW_MODEL:-models/all-MiniLM-L6-v2}
 mkdir -p "$OUT"
@@ -41,10 +52,15 @@ if [[ -z "${REF_PYTHON:-}" ]]; then
     fi
     REF_PYTHON=$ROOT/.venv-ref/bin/python
 fi
-"$REF_PYTHON" -c 'import torch, sentence_transformers, numpy' ||
-    { echo "error: $REF_PYTHON lacks torch, sentence-transformers or numpy" >&2; exit 1; }
+"$REF_PYTHON" -c 'import torch, sentence_transformers, numpy, onnxruntime, onnx' ||
+    { echo "error: $REF_PYTHON lacks torch, sentence-transformers, numpy, onnxruntime or onnx" >&2; exit 1; }
 
 [[ -d "$MODEL" ]] || scripts/fetch_model.sh
+ORT_DIR=target/ort
+if [[ ! -f $ORT_DIR/model_fp32.onnx || ! -f $ORT_DIR/model_int8.onnx ]]; then
+    echo "== exporting $MODEL to ONNX ($ORT_DIR)"
+    "$REF_PYTHON" scripts/reference/ort_export.py --model "$MODEL" --out "$ORT_DIR"
+fi
 
 echo "== building bertflow (release)"
 cargo build --release -p bertflow
@@ -78,17 +94,52 @@ wait_quiet() {
     echo "kernel: $(uname -r)"
     echo "rustc: $(rustc --version)"
     echo "bertflow: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ local changes)')"
-    echo "python: $("$REF_PYTHON" --version 2>&1), torch $("$REF_PYTHON" -c 'import torch; print(torch.__version__)'), sentence-transformers $("$REF_PYTHON" -c 'import sentence_transformers as s; print(s.__version__)')"
+    echo "python: $("$REF_PYTHON" --version 2>&1), torch $("$REF_PYTHON" -c 'import torch; print(torch.__version__)'), sentence-transformers $("$REF_PYTHON" -c 'import sentence_transformers as s; print(s.__version__)'), onnxruntime $("$REF_PYTHON" -c 'import onnxruntime as o; print(o.__version__)')"
+    echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|avx512_bf16)$' | tr '\n' ' ')"
 } | tee "$OUT/machine.txt"
 
-echo "== encode: bertflow bench encode --threads 1,2 --repeat $REPEAT"
-wait_quiet
-"$BIN" bench encode --model "$MODEL" --pooling last-avg --threads 1,2 --batch-size 32 \
-    --repeat "$REPEAT" --json | tee "$OUT/encode_bertflow.json"
-echo "== encode: st_encode_bench.py --threads 1,2 --repeat $REPEAT"
-wait_quiet
-"$REF_PYTHON" scripts/reference/st_encode_bench.py --model "$MODEL" --threads 1,2 --batch-size 32 \
-    --repeat "$REPEAT" --json | tee "$OUT/encode_torch.json"
+PY=$REF_PYTHON
+ORT=scripts/reference/ort_encode_bench.py
+if part encode; then
+    for ((r = 1; r <= ROUNDS; r++)); do
+        echo "== encode round $r of $ROUNDS: bertflow fp32,int8"
+        wait_quiet
+        "$BIN" bench encode --model "$MODEL" --pooling last-avg --precision fp32,int8 --threads 1,2 \
+            --batch-size 32 --repeat "$REPEAT" --json >"$OUT/encode_bertflow_r$r.json"
+        for p in fp32 int8; do
+            echo "== encode round $r of $ROUNDS: ONNX Runtime $p"
+            wait_quiet
+            "$PY" $ORT --onnx $ORT_DIR/model_$p.onnx --model "$MODEL" --threads 1,2 --batch-size 32 \
+                --repeat "$REPEAT" --json >"$OUT/encode_ort_${p}_r$r.json"
+        done
+        echo "== encode round $r of $ROUNDS: sentence-transformers"
+        wait_quiet
+        "$PY" scripts/reference/st_encode_bench.py --model "$MODEL" --threads 1,2 --batch-size 32 \
+            --repeat "$REPEAT" --json >"$OUT/encode_torch_r$r.json"
+    done
+fi
+if part latency; then
+    echo "== latency (batch 1): bertflow fp32,int8, ONNX Runtime fp32, int8 (1 thread)"
+    wait_quiet
+    "$BIN" bench encode --model "$MODEL" --mode latency --precision fp32,int8 --threads 1 \
+        --repeat 1 --json >"$OUT/latency_bertflow.json"
+    for p in fp32 int8; do
+        "$PY" $ORT --mode latency --onnx $ORT_DIR/model_$p.onnx --model "$MODEL" --threads 1 \
+            --repeat 1 --json >"$OUT/latency_ort_$p.json"
+    done
+fi
+if part stream; then
+    echo "== stream (file order, padded batches of 32): bertflow fp32,int8, ONNX Runtime fp32, int8"
+    wait_quiet
+    "$BIN" bench encode --model "$MODEL" --mode stream --precision fp32,int8 --threads 1,2 \
+        --repeat "$REPEAT" --json >"$OUT/stream_bertflow.json"
+    for p in fp32 int8; do
+        "$PY" $ORT --mode stream --onnx $ORT_DIR/model_$p.onnx --model "$MODEL" --threads 1,2 \
+            --repeat "$REPEAT" --json >"$OUT/stream_ort_$p.json"
+    done
+fi
+"$PY" scripts/reference/encode_summary.py "$OUT" | tee "$OUT/encode_summary.txt"
+part flow || exit 0
 
 echo "== flow: encoding the fit corpus (through the cache) to $OUT/fit_emb.npy"
 "$BIN" -q bench flow --model "$MODEL" --pooling last-avg --save-npy "$OUT/fit_emb.npy" --repeat 0
@@ -113,20 +164,9 @@ echo "== summary (results in $OUT)"
 "$REF_PYTHON" - "$OUT" <<'PY' | tee "$OUT/summary.txt"
 import json, statistics, sys
 out = sys.argv[1]
-enc_rs = json.load(open(f"{out}/encode_bertflow.json"))
-enc_py = json.load(open(f"{out}/encode_torch.json"))
-py = {r["threads"]: r for r in enc_py["results"]}
-print(f"Encoding {enc_rs['sentences']} unique STS-B test sentences ({enc_rs['model']}, batch {enc_rs['batch_size']}), sentences/s, best (median):")
-print(f"{'threads':>8} {'bertflow':>18} {'sentence-transformers':>24} {'ratio':>7}")
-for r in enc_rs["results"]:
-    t = r["threads"]
-    p = py.get(t)
-    ps = f"{p['best_sentences_per_s']:.1f} ({p['median_sentences_per_s']:.1f})" if p else "-"
-    ratio = f"{r['best_sentences_per_s'] / p['best_sentences_per_s']:.2f}x" if p else "-"
-    print(f"{t:>8} {r['best_sentences_per_s']:>9.1f} ({r['median_sentences_per_s']:.1f}) {ps:>24} {ratio:>7}")
 flow = json.load(open(f"{out}/flow_bertflow.json"))
 runs = flow["runs"]
-print(f"\nBERT-flow fit, 1 epoch on {flow['sentences']} x {flow['dim']} ({flow['spec']}), seconds, best (median):")
+print(f"BERT-flow fit, 1 epoch on {flow['sentences']} x {flow['dim']} ({flow['spec']}), seconds, best (median):")
 print(f"  {'bertflow (1 thread):':<36} {flow['best_seconds']:.2f} ({flow['median_seconds']:.2f}) s, "
       f"NLL {runs[0]['initial_loss']:.3f} -> {runs[0]['final_loss']:.3f} bits/dim")
 for t, adam in ((1, "default"), (2, "default"), (1, "fused")):

@@ -1,7 +1,7 @@
 //! Options shared by several subcommands.
 use anyhow::Result;
 use bertflow_core::{Embedder, EmbedderConfig, DEFAULT_MODEL};
-use bertflow_encoder::Pooling;
+use bertflow_encoder::{Pooling, Precision};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -31,6 +31,12 @@ pub struct ModelArgs {
     /// Neither read nor write the embedding cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// Precision of the transformer layers' linear products: fp32, or int8 (s8
+    /// weights per output channel, 7-bit activations per row; AVX512-VNNI, AVX2 or
+    /// portable kernel chosen at run time, or forced with BERTFLOW_INT8_KERNEL).
+    /// bf16 is an error (needs AVX512-BF16; not implemented yet).
+    #[arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = parse_precision)]
+    pub precision: Precision,
 }
 
 impl ModelArgs {
@@ -42,6 +48,7 @@ impl ModelArgs {
             threads: self.threads,
             cache_dir: self.cache_dir.clone(),
             no_cache: self.no_cache,
+            precision: self.precision,
         }
     }
 
@@ -77,4 +84,8 @@ pub fn pooling_help() -> String {
 
 pub fn parse_pooling(s: &str) -> Result<Pooling, String> {
     s.parse::<Pooling>().map_err(|e| e.to_string())
+}
+
+pub fn parse_precision(s: &str) -> Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.to_string())
 }

@@ -4,19 +4,21 @@
 //!
 //! * `bench encode`: the unique sentences of STS-B test (2,551 after whitespace
 //!   normalisation; 2,552 raw strings), encoded without the
-//!   cache after a warm-up pass, for each worker-thread count; sentences/s, best and
-//!   median of `--repeat` runs.
+//!   cache after a warm-up pass, for each precision and worker-thread count;
+//!   sentences/s, best and median of `--repeat` runs. `--mode stream`: every STS-B
+//!   test sentence in file order, consecutive padded batches; `--mode latency`: the
+//!   unique sentences one at a time (batch 1), p50/p99 milliseconds.
 //! * `bench flow`: the deduplicated union of the fit corpora (`target-scored`) of the
 //!   seven tasks (29,511 sentences), encoded through the cache, then one default
 //!   flow fit (L=3, K=3, W=32, Adam 1e-3, batch 32, 1 epoch) timed `--repeat` times;
 //!   `--save-npy` writes the embedding matrix so the PyTorch flow trains on the
 //!   same data.
-use crate::args::{parse_pooling, DataArgs, ModelArgs};
+use crate::args::{parse_pooling, parse_precision, DataArgs, ModelArgs};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_calib::{CalibSpec, FitOptions, Fitted};
 use bertflow_core::DEFAULT_MODEL;
-use bertflow_encoder::{EncodeOptions, Encoder, Pooling};
+use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
 use bertflow_eval::{
     dedup_preserving_order, fit_sentences, load_task, unique_sentences, FitCorpus, Task,
 };
@@ -74,6 +76,15 @@ pub struct EncodeBenchArgs {
     /// Timed runs per thread count (after one untimed warm-up run).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub repeat: usize,
+    /// Precisions to measure, comma-separated (fp32, int8; see `--precision` of
+    /// encode).
+    #[arg(long, value_delimiter = ',', default_value = "fp32", value_parser = parse_precision, value_name = "P,...")]
+    pub precision: Vec<Precision>,
+    /// sorted: the unique sentences sorted by length, batches of one length;
+    /// stream: every sentence in file order, consecutive padded batches;
+    /// latency: the unique sentences one at a time (p50/p99 ms).
+    #[arg(long, default_value = "sorted", value_parser = ["sorted", "stream", "latency"])]
+    pub mode: String,
     #[command(flatten)]
     pub data: DataArgs,
     /// Print one JSON object instead of text.
@@ -180,75 +191,132 @@ fn run_encode(a: EncodeBenchArgs) -> Result<()> {
     let dir = a.data.dir();
     let set = load_task(&dir, Task::StsB)
         .with_context(|| format!("loading STS-B from {}", dir.display()))?;
-    let texts = unique_sentences(&set);
-    if texts.len() != STSB_TEST_UNIQUE {
-        progress::note(format!(
-            "warning: STS-B test has {} unique sentences here, not the expected {STSB_TEST_UNIQUE}: \
-             numbers are not comparable with scripts/reference/st_encode_bench.py",
-            texts.len()
-        ));
-    }
-    let enc = Encoder::load(&a.model, a.max_len)
-        .with_context(|| format!("cannot load model '{}'", a.model))?;
-    let sources = [enc.source(&a.pooling)?];
-    let tokens: usize = texts
-        .iter()
-        .map(|t| enc.tokenize(t).map(|(ids, _)| ids.len()))
-        .sum::<Result<usize, _>>()?;
-    let intra = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
-    if !a.json {
-        println!(
-            "bench encode: {} ({}), {} unique STS-B test sentences ({tokens} tokens), batch {}, \
-             RAYON_NUM_THREADS={intra}, {} cores ({})",
-            enc.model_id(),
-            a.pooling,
-            texts.len(),
-            a.batch_size,
-            cores(),
-            cpu_model()
-        );
-    }
-    let mut results = Vec::new();
-    for &t in &a.threads {
-        let opts = EncodeOptions {
-            batch_size: a.batch_size.max(1),
-            threads: t,
-        };
-        let load = warn_if_busy();
-        enc.encode(&texts, &sources, &opts, &|_| {})?; // warm-up
-        let mut secs = Vec::with_capacity(a.repeat);
-        for _ in 0..a.repeat {
-            let start = Instant::now();
-            let out = enc.encode(&texts, &sources, &opts, &|_| {})?;
-            secs.push(start.elapsed().as_secs_f64());
-            std::hint::black_box(out);
+    let texts = if a.mode == "stream" {
+        set.subsets
+            .iter()
+            .flat_map(|s| &s.pairs)
+            .flat_map(|p| [p.s1.clone(), p.s2.clone()])
+            .collect()
+    } else {
+        let texts = unique_sentences(&set);
+        if texts.len() != STSB_TEST_UNIQUE {
+            progress::note(format!(
+                "warning: STS-B test has {} unique sentences here, not the expected {STSB_TEST_UNIQUE}: \
+                 numbers are not comparable with scripts/reference/st_encode_bench.py",
+                texts.len()
+            ));
         }
-        let (best, median) = best_median(&secs);
-        let n = texts.len() as f64;
+        texts
+    };
+    let mut results = Vec::new();
+    let mut tokens = 0;
+    let mut model_id = String::new();
+    for &precision in &a.precision {
+        let enc = Encoder::load_with_precision(&a.model, a.max_len, precision)
+            .with_context(|| format!("cannot load model '{}' ({precision})", a.model))?;
+        model_id = enc.model_id().to_string();
+        let sources = [enc.source(&a.pooling)?];
+        tokens = texts
+            .iter()
+            .map(|t| enc.tokenize(t).map(|(ids, _)| ids.len()))
+            .sum::<Result<usize, _>>()?;
+        let intra = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
         if !a.json {
             println!(
-                "threads {t}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s)",
-                n / best,
-                n / median,
-                secs.len(),
-                secs.iter()
-                    .map(|s| format!("{s:.3}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "bench encode ({}, {precision}): {} ({}), {} STS-B test sentences ({tokens} tokens), \
+                 batch {}, RAYON_NUM_THREADS={intra}, {} cores ({})",
+                a.mode,
+                enc.model_id(),
+                a.pooling,
+                texts.len(),
+                a.batch_size,
+                cores(),
+                cpu_model()
             );
         }
-        results.push(json!({
-            "threads": t,
-            "seconds": secs,
-            "best_sentences_per_s": n / best,
-            "median_sentences_per_s": n / median,
-            "load_average_before": load,
-        }));
+        for &t in &a.threads {
+            let opts = EncodeOptions {
+                batch_size: if a.mode == "latency" {
+                    1
+                } else {
+                    a.batch_size.max(1)
+                },
+                threads: t,
+            };
+            let load = warn_if_busy();
+            let run = |lat: &mut Vec<f64>| -> Result<()> {
+                match a.mode.as_str() {
+                    "stream" => {
+                        std::hint::black_box(enc.encode_in_order(
+                            &texts,
+                            &sources,
+                            &opts,
+                            &|_| {},
+                        )?);
+                    }
+                    "latency" => {
+                        for text in &texts {
+                            let start = Instant::now();
+                            let one = std::slice::from_ref(text);
+                            std::hint::black_box(enc.encode(one, &sources, &opts, &|_| {})?);
+                            lat.push(start.elapsed().as_secs_f64());
+                        }
+                    }
+                    _ => {
+                        std::hint::black_box(enc.encode(&texts, &sources, &opts, &|_| {})?);
+                    }
+                }
+                Ok(())
+            };
+            run(&mut Vec::new())?; // warm-up
+            let mut secs = Vec::with_capacity(a.repeat);
+            let mut lat = Vec::new();
+            for _ in 0..a.repeat {
+                let start = Instant::now();
+                run(&mut lat)?;
+                secs.push(start.elapsed().as_secs_f64());
+            }
+            let (best, median) = best_median(&secs);
+            let n = texts.len() as f64;
+            lat.sort_by(f64::total_cmp);
+            let pct = |q: f64| {
+                (!lat.is_empty())
+                    .then(|| 1e3 * lat[((q * lat.len() as f64) as usize).min(lat.len() - 1)])
+            };
+            let (p50, p99) = (pct(0.5), pct(0.99));
+            if !a.json {
+                let l = p50
+                    .zip(p99)
+                    .map(|(a, b)| format!(", p50 {a:.2} ms, p99 {b:.2} ms"))
+                    .unwrap_or_default();
+                println!(
+                    "{precision} threads {t}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s){l}",
+                    n / best,
+                    n / median,
+                    secs.len(),
+                    secs.iter()
+                        .map(|s| format!("{s:.3}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            results.push(json!({
+                "precision": precision.to_string(),
+                "threads": t,
+                "seconds": secs,
+                "best_sentences_per_s": n / best,
+                "median_sentences_per_s": n / median,
+                "p50_ms": p50,
+                "p99_ms": p99,
+                "load_average_before": load,
+            }));
+        }
     }
     if a.json {
         let v = json!({
             "bench": "encode",
-            "model": enc.model_id(),
+            "mode": a.mode,
+            "model": model_id,
             "pooling": a.pooling.to_string(),
             "sentences": texts.len(),
             "tokens": tokens,

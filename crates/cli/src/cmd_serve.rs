@@ -232,7 +232,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
-    let encoder = Encoder::load(&a.model.model, a.model.max_len)
+    let encoder = Encoder::load_with_precision(&a.model.model, a.model.max_len, a.model.precision)
         .with_context(|| format!("cannot load model '{}'", a.model.model))?;
     if let Some(c) = &calibrator {
         c.check(&encoder, &a.pooling, &*progress::handle())?;

@@ -16,7 +16,7 @@ pub fn model_identity(enc: &Encoder) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| enc.model_id().to_string());
-    format!("{name}@{}", enc.fingerprint())
+    format!("{name}@{}", enc.files_fingerprint())
 }
 
 /// Fit `spec` on `x`, showing a progress bar with the running loss for flows.
@@ -66,7 +66,7 @@ impl LoadedCalibrator {
     pub fn check(&self, enc: &Encoder, pooling: &Pooling, progress: &dyn Progress) -> Result<()> {
         let identity = model_identity(enc);
         // Equal fingerprints are the same model, wherever it lives.
-        let model = if self.meta.model.rsplit('@').next() == Some(enc.fingerprint()) {
+        let model = if self.meta.model.rsplit('@').next() == Some(enc.files_fingerprint()) {
             self.meta.model.clone()
         } else {
             identity

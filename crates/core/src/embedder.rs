@@ -4,7 +4,9 @@
 use crate::ensure;
 use crate::error::{Context, Result};
 use crate::progress::{silent, SharedProgress};
-use bertflow_encoder::{CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling};
+use bertflow_encoder::{
+    CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
+};
 use ndarray::Array2;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +30,8 @@ pub struct EmbedderConfig {
     pub cache_dir: Option<PathBuf>,
     /// Neither read nor write the cache.
     pub no_cache: bool,
+    /// Arithmetic of the forward pass (fp32, or int8 linear layers).
+    pub precision: Precision,
 }
 
 impl Default for EmbedderConfig {
@@ -39,6 +43,7 @@ impl Default for EmbedderConfig {
             threads: None,
             cache_dir: None,
             no_cache: false,
+            precision: Precision::default(),
         }
     }
 }
@@ -46,8 +51,11 @@ impl Default for EmbedderConfig {
 impl EmbedderConfig {
     /// Loads the model.
     pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
-        let encoder = Encoder::load(&self.model, self.max_len)
-            .with_context(|| format!("cannot load model '{}'", self.model))?;
+        let encoder = Encoder::load_with_precision(&self.model, self.max_len, self.precision)
+            .with_context(|| match self.precision {
+                Precision::Fp32 => format!("cannot load model '{}'", self.model),
+                p => format!("cannot load model '{}' ({p} precision)", self.model),
+            })?;
         let mut opts = EncodeOptions {
             batch_size: self.batch_size.max(1),
             ..Default::default()

@@ -6,8 +6,12 @@
 //! Hugging Face transformers.
 use crate::config::{BertConfig, HiddenAct};
 use crate::error::Result;
+use crate::precision::Precision;
 use crate::weights::Weights;
-use candle_core::{CpuStorage, Device, InplaceOp1, InplaceOp2, Layout, Tensor};
+use bertflow_kernels::{Act, Isa, QuantLinear};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, Device, InplaceOp1, InplaceOp2, Layout, Shape, Tensor,
+};
 
 /// y = x W^T + b, with W^T stored contiguous for the matrix product.
 struct Linear {
@@ -15,6 +19,8 @@ struct Linear {
     b: Tensor,
     /// `b` on the host, for the fused CPU epilogues.
     b_host: Vec<f32>,
+    /// The int8 form and its kernel, with `--precision int8` (CPU only).
+    q: Option<(QuantLinear, Isa)>,
 }
 
 impl Linear {
@@ -24,7 +30,21 @@ impl Linear {
             w_t: weight.t()?.contiguous()?,
             b,
             b_host,
+            q: None,
         })
+    }
+
+    /// Switch the products to int8 (weights quantised per output channel now).
+    fn quantize(&mut self, isa: Isa) -> Result<()> {
+        let (k, n) = self.w_t.dims2()?;
+        let w = self
+            .w_t
+            .t()?
+            .contiguous()?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        self.q = Some((QuantLinear::new(&w, &self.b_host, n, k)?, isa));
+        Ok(())
     }
 
     fn load(w: &Weights, name: &str, d_in: usize, d_out: usize) -> Result<Self> {
@@ -41,6 +61,13 @@ impl Linear {
     /// act(x W^T + b): on the CPU the bias and the activation are applied in one
     /// pass over the fresh product, in place.
     fn forward_act(&self, x: &Tensor, act: Act) -> Result<Tensor> {
+        if let Some((lin, isa)) = &self.q {
+            return Ok(x.apply_op1_no_bwd(&Int8Linear {
+                lin,
+                isa: *isa,
+                act,
+            })?);
+        }
         let y = x.matmul(&self.w_t)?;
         if y.device().is_cpu() && y.is_contiguous() {
             y.inplace_op1(&BiasAct {
@@ -59,6 +86,16 @@ impl Linear {
 
     /// x W^T + b + residual, fused on the CPU like [`Linear::forward_act`].
     fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        if let Some((lin, isa)) = &self.q {
+            return Ok(x.apply_op2_no_bwd(
+                residual,
+                &Int8Linear {
+                    lin,
+                    isa: *isa,
+                    act: Act::None,
+                },
+            )?);
+        }
         let y = x.matmul(&self.w_t)?;
         if y.device().is_cpu() && y.is_contiguous() && residual.is_contiguous() {
             y.inplace_op2(residual, &BiasResidual { bias: &self.b_host })?;
@@ -66,14 +103,6 @@ impl Linear {
         }
         Ok((y.broadcast_add(&self.b)? + residual)?)
     }
-}
-
-/// Activation fused into [`Linear::forward_act`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Act {
-    None,
-    GeluErf,
-    Relu,
 }
 
 fn not_f32(op: &str) -> candle_core::Error {
@@ -106,11 +135,7 @@ impl InplaceOp1 for BiasAct<'_> {
                 *x += b;
             }
         }
-        match self.act {
-            Act::None => {}
-            Act::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
-            Act::GeluErf => gelu_erf_inplace(v),
-        }
+        self.act.apply(v);
         Ok(())
     }
 }
@@ -151,81 +176,71 @@ impl InplaceOp2 for BiasResidual<'_> {
     }
 }
 
-/// GELU with the exact (erf) form, x * (1 + erf(x / sqrt 2)) / 2, in place.
-///
-/// erf is Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7, the approximation
-/// PyTorch's vectorised CPU erf uses) with a branch-free exp, so the loop vectorises;
-/// libm's scalar erf was about a fifth of the whole forward pass. The AVX2 build and
-/// the baseline (SSE2) build compute the same values: no fused multiply-adds.
-fn gelu_erf_inplace(v: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { gelu_erf_avx2(v) };
-            return;
+/// `act(x Wq^T + b [+ residual])` through bertflow-kernels' int8 layer.
+struct Int8Linear<'a> {
+    lin: &'a QuantLinear,
+    isa: Isa,
+    act: Act,
+}
+
+impl Int8Linear<'_> {
+    fn run(
+        &self,
+        x: &CpuStorage,
+        lx: &Layout,
+        res: Option<(&CpuStorage, &Layout)>,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(x), Some((start, end))) = (x, lx.contiguous_offsets()) else {
+            return Err(not_f32("int8-linear"));
+        };
+        let x = &x[start..end];
+        let (k, n) = (self.lin.in_dim(), self.lin.out_dim());
+        if lx.dims().last() != Some(&k) {
+            return Err(not_f32("int8-linear"));
         }
+        let m = x.len() / k;
+        let residual = match res {
+            None => None,
+            Some((CpuStorage::F32(r), l)) => {
+                let (rs, re) = l
+                    .contiguous_offsets()
+                    .ok_or_else(|| not_f32("int8-linear residual"))?;
+                Some(&r[rs..re])
+            }
+            Some(_) => return Err(not_f32("int8-linear residual")),
+        };
+        let mut out = vec![0f32; m * n];
+        self.lin
+            .forward(self.isa, x, m, residual, self.act, &mut out)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let mut dims = lx.dims().to_vec();
+        *dims.last_mut().expect("checked above") = n;
+        Ok((CpuStorage::F32(out), Shape::from(dims)))
     }
-    gelu_erf_slice(v);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn gelu_erf_avx2(v: &mut [f32]) {
-    gelu_erf_slice(v);
-}
-
-#[inline(always)]
-fn gelu_erf_slice(v: &mut [f32]) {
-    for x in v.iter_mut() {
-        *x = gelu_erf(*x);
+impl CustomOp1 for Int8Linear<'_> {
+    fn name(&self) -> &'static str {
+        "int8-linear"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.run(s, l, None)
     }
 }
 
-/// x * (1 + erf(x / sqrt 2)) / 2.
-#[inline(always)]
-fn gelu_erf(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
-}
-
-/// erf by Abramowitz & Stegun 7.1.26, |error| < 1.5e-7.
-#[inline(always)]
-fn erf(x: f32) -> f32 {
-    const P: f32 = 0.327_591_1;
-    const A1: f32 = 0.254_829_6;
-    const A2: f32 = -0.284_496_74;
-    const A3: f32 = 1.421_413_7;
-    const A4: f32 = -1.453_152_1;
-    const A5: f32 = 1.061_405_4;
-    let a = x.abs();
-    let t = 1.0 / (1.0 + P * a);
-    let poly = ((((A5 * t + A4) * t + A3) * t + A2) * t + A1) * t;
-    let y = 1.0 - poly * exp_neg(a * a);
-    // copysign, branch-free
-    f32::from_bits(y.to_bits() | (x.to_bits() & 0x8000_0000))
-}
-
-/// exp(-z) for z >= 0 (exp(-z) underflows to about 0 past z = 87): Cephes' expf
-/// polynomial with a branch-free range reduction.
-#[inline(always)]
-fn exp_neg(z: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // 1.5 * 2^23: adding and subtracting it rounds to the nearest integer.
-    const ROUND: f32 = 12_582_912.0;
-    let x = (-z).max(-87.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let r2 = r * r;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let e = p * r2 + r + 1.0;
-    // 2^n with n in [-126, 0]
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    e * scale
+impl CustomOp2 for Int8Linear<'_> {
+    fn name(&self) -> &'static str {
+        "int8-linear-residual"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.run(s1, l1, Some((s2, l2)))
+    }
 }
 
 struct LayerNorm {
@@ -260,6 +275,18 @@ struct Layer {
 }
 
 impl Layer {
+    fn quantize(&mut self, isa: Isa) -> Result<()> {
+        for lin in [
+            &mut self.qkv,
+            &mut self.attn_out,
+            &mut self.intermediate,
+            &mut self.output,
+        ] {
+            lin.quantize(isa)?;
+        }
+        Ok(())
+    }
+
     fn load(w: &Weights, i: usize, cfg: &BertConfig) -> Result<Self> {
         let h = cfg.hidden_size;
         let p = format!("encoder.layer.{i}");
@@ -344,10 +371,30 @@ pub struct BertModel {
     layers: Vec<Layer>,
     pooler: Option<Linear>,
     device: Device,
+    precision: Precision,
 }
 
 impl BertModel {
+    /// Load with f32 linear layers.
     pub fn load(w: &Weights, config: BertConfig, device: &Device) -> Result<Self> {
+        Self::load_with_precision(w, config, device, Precision::Fp32)
+    }
+
+    /// Load; with [`Precision::Int8`] the transformer layers' linear products run
+    /// in int8 (bertflow-kernels, kernel from `BERTFLOW_INT8_KERNEL` or the best
+    /// this CPU has). int8 needs the CPU device.
+    pub fn load_with_precision(
+        w: &Weights,
+        config: BertConfig,
+        device: &Device,
+        precision: Precision,
+    ) -> Result<Self> {
+        precision.check_supported()?;
+        if precision == Precision::Int8 && !device.is_cpu() {
+            return Err(crate::error::EncoderError::Precision(
+                "int8 runs on the CPU only".into(),
+            ));
+        }
         let h = config.hidden_size;
         let word = w.get("embeddings.word_embeddings.weight", &[config.vocab_size, h])?;
         let position = w.get(
@@ -359,9 +406,15 @@ impl BertModel {
             &[config.type_vocab_size, h],
         )?;
         let emb_ln = LayerNorm::load(w, "embeddings.LayerNorm", h, config.layer_norm_eps)?;
-        let layers = (0..config.num_hidden_layers)
+        let mut layers = (0..config.num_hidden_layers)
             .map(|i| Layer::load(w, i, &config))
             .collect::<Result<Vec<_>>>()?;
+        if precision == Precision::Int8 {
+            let isa = Isa::selected()?;
+            for l in &mut layers {
+                l.quantize(isa)?;
+            }
+        }
         let pooler = if w.contains("pooler.dense.weight") {
             Some(Linear::load(w, "pooler.dense", h, h)?)
         } else {
@@ -376,7 +429,12 @@ impl BertModel {
             layers,
             pooler,
             device: device.clone(),
+            precision,
         })
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     pub fn has_pooler(&self) -> bool {
@@ -439,6 +497,7 @@ impl BertModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bertflow_kernels::act::{gelu_erf_inplace, gelu_erf_slice};
 
     #[test]
     fn fast_gelu_erf_matches_candle() {

@@ -5,6 +5,7 @@ use crate::config::BertConfig;
 use crate::error::{io_err, EncoderError, Result};
 use crate::files::{ModelFiles, TokenizerFile, WeightsFile};
 use crate::pooling::{masked_mean, PoolSource, Pooling};
+use crate::precision::Precision;
 use crate::tokenize::TextTokenizer;
 use crate::weighting::TokenWeights;
 use crate::weights::Weights;
@@ -59,13 +60,26 @@ pub struct Encoder {
     tokenizer: TextTokenizer,
     model: BertModel,
     max_len: usize,
+    /// Hash of the files, with `-<precision>` appended unless fp32.
     fingerprint: String,
+    files_fingerprint: String,
 }
 
 impl Encoder {
     /// Load `spec` (a directory or a hub id in the local cache). `max_len` defaults to
     /// the model's position limit (512 for BERT).
     pub fn load(spec: &str, max_len: Option<usize>) -> Result<Self> {
+        Self::load_with_precision(spec, max_len, Precision::Fp32)
+    }
+
+    /// [`Encoder::load`] with the linear layers in `precision` (an error where this
+    /// CPU cannot run it, e.g. bf16 without AVX512-BF16).
+    pub fn load_with_precision(
+        spec: &str,
+        max_len: Option<usize>,
+        precision: Precision,
+    ) -> Result<Self> {
+        precision.check_supported()?;
         let files = ModelFiles::resolve(spec)?;
         let text = std::fs::read_to_string(&files.config).map_err(io_err(&files.config))?;
         let config: BertConfig =
@@ -82,14 +96,19 @@ impl Encoder {
         let tokenizer = TextTokenizer::load(&files.tokenizer)?;
         let device = Device::Cpu;
         let weights = Weights::load(&files.weights, &device)?;
-        let model = BertModel::load(&weights, config, &device)?;
-        let fingerprint = fingerprint(&files)?;
+        let model = BertModel::load_with_precision(&weights, config, &device, precision)?;
+        let files_fingerprint = fingerprint(&files)?;
+        let fingerprint = match precision {
+            Precision::Fp32 => files_fingerprint.clone(),
+            p => format!("{files_fingerprint}-{p}"),
+        };
         Ok(Self {
             files,
             tokenizer,
             model,
             max_len,
             fingerprint,
+            files_fingerprint,
         })
     }
 
@@ -117,9 +136,20 @@ impl Encoder {
     pub fn num_layers(&self) -> usize {
         self.model.num_layers()
     }
-    /// A short hash of the model's files: equal fingerprints give equal vectors.
+    /// A short hash of the model's files and, unless fp32, the precision (`-int8`):
+    /// equal fingerprints give equal vectors, so cache keys built from it keep
+    /// fp32 and int8 vectors apart (the fp32 fingerprint is the files' hash alone,
+    /// as before precisions existed).
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
+    }
+    /// The hash of the model's files alone, whatever the precision: the same model
+    /// (e.g. for a calibrator fitted on fp32 vectors and applied to int8 ones).
+    pub fn files_fingerprint(&self) -> &str {
+        &self.files_fingerprint
+    }
+    pub fn precision(&self) -> Precision {
+        self.model.precision()
     }
 
     /// What `pooling` reads from this model; errors for out-of-range layers and for
@@ -158,7 +188,20 @@ impl Encoder {
         opts: &EncodeOptions,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Encoded> {
-        self.encode_weighted(texts, sources, opts, None, progress)
+        self.encode_impl(texts, sources, opts, None, progress, true)
+    }
+
+    /// Like [`Encoder::encode`] but in input order: consecutive runs of
+    /// `batch_size` sentences, each padded to its longest (a stream served as it
+    /// comes). Vectors equal [`Encoder::encode`]'s up to float rounding.
+    pub fn encode_in_order<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Encoded> {
+        self.encode_impl(texts, sources, opts, None, progress, false)
     }
 
     /// [`Encoder::encode`] with per-token weights for the averaging poolings
@@ -174,7 +217,18 @@ impl Encoder {
         weights: Option<&TokenWeights>,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Encoded> {
-        let dim = self.dim();
+        self.encode_impl(texts, sources, opts, weights, progress, true)
+    }
+
+    fn encode_impl<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        weights: Option<&TokenWeights>,
+        progress: &(dyn Fn(usize) + Sync),
+        sort: bool,
+    ) -> Result<Encoded> {
         let n = texts.len();
         let mut ids = Vec::with_capacity(n);
         let mut truncated = Vec::with_capacity(n);
@@ -186,15 +240,43 @@ impl Encoder {
         let tokens: Vec<usize> = ids.iter().map(|v| v.len()).collect();
         // Longest first: the slowest batches start early, which balances the workers.
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(tokens[i]));
         let bs = opts.batch_size.max(1);
-        // Every batch holds sentences of one token length: nothing is padded, so a
-        // sentence's vector is bit-for-bit the same whatever else is encoded with it
-        // (padding would change the order of the attention sums).
-        let batches: Vec<&[usize]> = order
-            .chunk_by(|&a, &b| tokens[a] == tokens[b])
-            .flat_map(|run| run.chunks(bs))
-            .collect();
+        let batches: Vec<&[usize]> = if sort {
+            order.sort_by_key(|&i| std::cmp::Reverse(tokens[i]));
+            // Every batch holds sentences of one token length: nothing is padded, so a
+            // sentence's vector is bit-for-bit the same whatever else is encoded with it
+            // (padding would change the order of the attention sums).
+            order
+                .chunk_by(|&a, &b| tokens[a] == tokens[b])
+                .flat_map(|run| run.chunks(bs))
+                .collect()
+        } else {
+            order.chunks(bs).collect()
+        };
+        self.encode_batches(
+            &batches,
+            &ids,
+            sources,
+            opts,
+            weights,
+            progress,
+            (tokens, truncated),
+        )
+    }
+
+    /// Run `batches` (indices into `ids`) on `opts.threads` workers.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_batches(
+        &self,
+        batches: &[&[usize]],
+        ids: &[Vec<u32>],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        weights: Option<&TokenWeights>,
+        progress: &(dyn Fn(usize) + Sync),
+        (tokens, truncated): (Vec<usize>, Vec<bool>),
+    ) -> Result<Encoded> {
+        let (n, dim) = (ids.len(), self.dim());
         let upto = sources.iter().map(|s| s.max_layer()).max().unwrap_or(0);
         let outputs: Vec<Mutex<Vec<f32>>> = sources
             .iter()
@@ -209,7 +291,7 @@ impl Encoder {
                 return;
             }
             let batch = batches[b];
-            match self.run_batch(batch, &ids, sources, upto, weights) {
+            match self.run_batch(batch, ids, sources, upto, weights) {
                 Ok(pooled) => {
                     for (out, rows) in outputs.iter().zip(pooled) {
                         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());

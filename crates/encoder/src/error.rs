@@ -34,6 +34,10 @@ pub enum EncoderError {
     BadMaxLen(usize, usize),
     #[error("weighting: {0}")]
     Weighting(String),
+    #[error("precision: {0}")]
+    Precision(String),
+    #[error(transparent)]
+    Kernel(#[from] bertflow_kernels::KernelError),
     #[error("tensor computation failed: {0}")]
     Candle(#[from] candle_core::Error),
 }

@@ -6,6 +6,7 @@
 //! - [`bert`]: the forward pass, returning every hidden state (0 = embeddings).
 //! - [`pooling`]: the poolings and the hidden states each one reads.
 //! - [`encoder`]: batching sorted by length on worker threads, order restored.
+//! - [`precision`]: fp32 or int8 linear layers (bertflow-kernels).
 //! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
 //! - [`weighting`]: per-token weights (SIF, uSIF) for the averaging poolings.
 pub mod bert;
@@ -15,6 +16,7 @@ pub mod encoder;
 pub mod error;
 pub mod files;
 pub mod pooling;
+pub mod precision;
 pub mod tokenize;
 pub mod weighting;
 mod weights;
@@ -24,4 +26,5 @@ pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};
 pub use files::ModelFiles;
 pub use pooling::{PoolSource, Pooling, POOLINGS};
+pub use precision::Precision;
 pub use weighting::{Scheme, TokenCounts, TokenWeights, WeightingSpec};
