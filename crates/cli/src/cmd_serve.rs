@@ -10,14 +10,17 @@ use bertflow_calib::Calibrator;
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::LoadedCalibrator;
 use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
-use bertflow_server::{BackendError, BackendInfo, EmbedBackend, Embedded, ServerConfig};
+use bertflow_server::{
+    ApiKeys, BackendError, BackendInfo, EmbedBackend, Embedded, LogFormat, ServerConfig, Tokenized,
+};
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 const AFTER_HELP: &str =
     "Endpoints: POST /v1/embeddings (OpenAI shape), POST /similarity, POST /search \
-(needs --corpus), GET /health, GET /info. Vectors are not L2-normalised.
+(needs --corpus), GET /health, GET /info, GET /metrics (Prometheus text format). Vectors are \
+not L2-normalised.
 
 Concurrent requests are packed into batches of at most --max-batch-size inputs and \
 --max-batch-tokens tokens; each of the --workers batch workers runs one batch at a time on one \
@@ -93,6 +96,51 @@ pub struct ServeArgs {
     /// Largest `top_k` accepted by /search. More: 422 invalid_field.
     #[arg(long, default_value_t = ServerConfig::default().max_top_k, value_name = "N", help_heading = "Server limits")]
     pub max_top_k: usize,
+    /// Require 'Authorization: Bearer KEY' on every route except /health (missing or wrong
+    /// key: 401 invalid_api_key). Prefer the environment variable or --api-key-file: a key
+    /// on the command line is visible to other users of the machine.
+    #[arg(
+        long,
+        env = "BERTFLOW_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY",
+        help_heading = "Security and logs"
+    )]
+    pub api_key: Option<SecretKey>,
+    /// Accept every key in FILE (one per line; blank lines and lines starting with # are
+    /// skipped), in addition to --api-key.
+    #[arg(long, value_name = "FILE", help_heading = "Security and logs")]
+    pub api_key_file: Option<PathBuf>,
+    /// Request log lines on stderr (one per request: id, route, status, latency, input
+    /// count): text or json.
+    #[arg(
+        long,
+        default_value = "text",
+        value_name = "FORMAT",
+        help_heading = "Security and logs"
+    )]
+    pub log_format: LogFormat,
+    /// Also write the input texts into the request log lines (off by default: they may be
+    /// private).
+    #[arg(long, help_heading = "Security and logs")]
+    pub log_inputs: bool,
+}
+
+/// An API key from the command line or the environment; `Debug` never shows it.
+#[derive(Clone)]
+pub struct SecretKey(String);
+
+impl std::str::FromStr for SecretKey {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretKey(s.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretKey(redacted)")
+    }
 }
 
 /// The BERT encoder with one pooling and an optional calibrator, as the
@@ -152,6 +200,31 @@ impl EmbedBackend for ModelBackend {
             .map_or(self.encoder.max_len(), |ids| ids.len())
     }
 
+    fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
+        // Exactly what `embed` feeds the model: [CLS] ... [SEP], cut at max_len.
+        let tokenizer = self.encoder.tokenizer();
+        let tokenized = self
+            .encoder
+            .tokenize(text)
+            .map_err(|e| BackendError::new(format!("tokenisation failed: {e}")))
+            .and_then(|(ids, truncated)| {
+                let tokens = ids
+                    .iter()
+                    .map(|&id| {
+                        tokenizer.id_to_token(id).ok_or_else(|| {
+                            BackendError::new(format!("token id {id} is not in the vocabulary"))
+                        })
+                    })
+                    .collect::<Result<Vec<String>, BackendError>>()?;
+                Ok(Tokenized {
+                    ids,
+                    tokens,
+                    truncated,
+                })
+            });
+        Some(tokenized)
+    }
+
     fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
         let out = self
             .encoder
@@ -196,7 +269,27 @@ impl EmbedBackend for ModelBackend {
 }
 
 impl ServeArgs {
-    fn config(&self, corpus: Option<Vec<String>>) -> ServerConfig {
+    /// The keys from --api-key / BERTFLOW_API_KEY and --api-key-file. Errors name the file
+    /// and line, never a key.
+    fn api_keys(&self) -> Result<ApiKeys> {
+        let mut keys: Vec<String> = self.api_key.iter().map(|k| k.0.clone()).collect();
+        if let Some(path) = &self.api_key_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the API key file {}", path.display()))?;
+            keys.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(str::to_owned),
+            );
+            if keys.is_empty() {
+                anyhow::bail!("the API key file {} holds no key", path.display());
+            }
+        }
+        ApiKeys::new(&keys).context("invalid API key (see --api-key, --api-key-file)")
+    }
+
+    fn config(&self, corpus: Option<Vec<String>>, api_keys: ApiKeys) -> ServerConfig {
         ServerConfig {
             max_inputs_per_request: self.max_inputs_per_request,
             max_chars_per_input: self.max_chars_per_input,
@@ -207,13 +300,17 @@ impl ServeArgs {
             workers: self.workers,
             max_top_k: self.max_top_k,
             corpus,
+            search_index: None,
+            api_keys,
+            log_inputs: self.log_inputs,
         }
     }
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
     // Cheap checks first, so that a bad option fails before the model loads.
-    a.config(None).validate().context(
+    let api_keys = a.api_keys()?;
+    a.config(None, ApiKeys::none()).validate().context(
         "invalid server limits (see --workers, --max-queue-inputs, --max-inputs-per-request, ...)",
     )?;
     if a.model.threads.is_some() {
@@ -248,13 +345,17 @@ pub fn run(a: ServeArgs) -> Result<()> {
         info.max_len,
         a.workers
     ));
+    if a.api_key.is_some() || a.api_key_file.is_some() {
+        progress::note("API key required on every route except /health");
+    }
     if let Some(c) = &corpus {
         progress::note(format!(
             "indexing {} corpus sentences for /search before answering requests",
             c.len()
         ));
     }
-    let config = a.config(corpus);
+    bertflow_server::init_logging(a.log_format)?;
+    let config = a.config(corpus, api_keys);
     // Prints "bertflow-server listening on http://ADDR" to stderr once bound, then serves
     // until SIGTERM or Ctrl-C and drains every request already received.
     bertflow_server::run(Arc::new(backend), config, &a.host, a.port)

@@ -29,11 +29,27 @@ fn whitening_fit_and_transform_peak_far_below_the_input_size() {
     let y = dir.path().join("y.npy");
     let xs = x.to_str().unwrap();
     ok(&bertflow(
-        &["fit", "--embeddings", xs, "--kind", "whiten", "-o", c.to_str().unwrap()],
+        &[
+            "fit",
+            "--embeddings",
+            xs,
+            "--kind",
+            "whiten",
+            "-o",
+            c.to_str().unwrap(),
+        ],
         dir.path(),
     ));
     ok(&bertflow(
-        &["transform", "-c", c.to_str().unwrap(), "-i", xs, "-o", y.to_str().unwrap()],
+        &[
+            "transform",
+            "-c",
+            c.to_str().unwrap(),
+            "-i",
+            xs,
+            "-o",
+            y.to_str().unwrap(),
+        ],
         dir.path(),
     ));
     assert_eq!(

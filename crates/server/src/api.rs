@@ -6,24 +6,28 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::access::{Ctx, RequestIds};
 use crate::backend::{BackendInfo, EmbedBackend, Embedded};
 use crate::batcher::{Batcher, Load};
 use crate::config::{Limits, ServerConfig};
 use crate::error::ApiError;
-use crate::index::{cosine, CorpusIndex, Hit};
+use crate::index::{cosine, Hit, SearchIndex};
+use crate::metrics::Metrics;
 
 pub(crate) struct AppState {
     pub backend: Arc<dyn EmbedBackend>,
     pub info: BackendInfo,
     pub config: ServerConfig,
     pub batcher: Batcher,
-    pub index: Option<CorpusIndex>,
+    pub index: Option<Arc<dyn SearchIndex>>,
+    pub metrics: Arc<Metrics>,
+    pub request_ids: RequestIds,
 }
 
 type AppResult<T> = Result<Json<T>, ApiError>;
@@ -36,9 +40,16 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/search", post(search))
         .route("/health", get(health))
         .route("/info", get(info))
+        .route("/tokenize", post(crate::tools::tokenize))
+        .route("/metrics", get(crate::tools::metrics))
+        .route("/openapi.json", get(crate::openapi::openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            crate::access::middleware,
+        ))
         .with_state(state)
 }
 
@@ -110,7 +121,7 @@ fn check_count(count: usize, config: &ServerConfig) -> Result<(), ApiError> {
 }
 
 /// `input` of `/v1/embeddings`: a string or an array of strings.
-fn parse_input(input: Value, config: &ServerConfig) -> Result<Vec<String>, ApiError> {
+pub(crate) fn parse_input(input: Value, config: &ServerConfig) -> Result<Vec<String>, ApiError> {
     let max_chars = config.max_chars_per_input;
     match input {
         Value::String(text) => {
@@ -178,25 +189,42 @@ async fn embed_texts(state: &Arc<AppState>, texts: Vec<String>) -> Result<Vec<Em
     .await
     .map_err(|e| ApiError::Internal(format!("tokenisation failed: {e}")))?;
     let receiver = state.batcher.submit(texts, costs)?;
-    receiver
+    let embedded = receiver
         .await
-        .map_err(|_| ApiError::Internal("the embedding worker dropped the request".into()))?
+        .map_err(|_| ApiError::Internal("the embedding worker dropped the request".into()))??;
+    let truncated = embedded.iter().filter(|e| e.truncated).count();
+    state.metrics.truncated.inc_by(truncated as u64);
+    Ok(embedded)
 }
 
 // ---------------------------------------------------------------------------
 // POST /v1/embeddings
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+/// A string or an array of strings (documentation only: `input` is parsed by
+/// hand for precise errors).
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum Input {
+    /// One text.
+    One(String),
+    /// Several texts.
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
-enum EncodingFormat {
+pub(crate) enum EncodingFormat {
     #[default]
     Float,
     Base64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct EmbeddingsRequest {
+pub(crate) struct EmbeddingsRequest {
+    /// A string or an array of strings.
+    #[schema(value_type = Input)]
     input: Value,
     #[serde(default)]
     model: Option<String>,
@@ -210,8 +238,8 @@ struct EmbeddingsRequest {
     user: Option<String>,
 }
 
-#[derive(Serialize)]
-struct EmbeddingsResponse {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct EmbeddingsResponse {
     object: &'static str,
     data: Vec<EmbeddingData>,
     model: String,
@@ -220,28 +248,42 @@ struct EmbeddingsResponse {
     truncated: Vec<usize>,
 }
 
-#[derive(Serialize)]
-struct EmbeddingData {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct EmbeddingData {
     object: &'static str,
     index: usize,
     embedding: EmbeddingValue,
 }
 
-#[derive(Serialize)]
+/// The vector: floats, or base64 of the little-endian f32 bytes.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
-enum EmbeddingValue {
+pub(crate) enum EmbeddingValue {
     Float(Vec<f32>),
     Base64(String),
 }
 
-#[derive(Serialize)]
-struct Usage {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Usage {
     prompt_tokens: usize,
     total_tokens: usize,
 }
 
-async fn embeddings(
+/// OpenAI-compatible embeddings of one or more texts.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    request_body = EmbeddingsRequest,
+    responses(
+        (status = 200, description = "One vector per input, in input order", body = EmbeddingsResponse),
+        (status = "4XX", description = "Invalid request, missing API key or overloaded", body = crate::error::ErrorBody),
+        (status = "5XX", description = "Backend failure", body = crate::error::ErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn embeddings(
     State(state): State<Arc<AppState>>,
+    Extension(ctx): Extension<Ctx>,
     ApiJson(request): ApiJson<EmbeddingsRequest>,
 ) -> AppResult<EmbeddingsResponse> {
     let dimension = state.info.dimension;
@@ -256,6 +298,7 @@ async fn embeddings(
         }
     };
     let texts = parse_input(request.input, &state.config)?;
+    ctx.record(&texts, state.config.log_inputs);
     let format = request.encoding_format.unwrap_or_default();
     let embedded = embed_texts(&state, texts).await?;
 
@@ -301,10 +344,13 @@ async fn embeddings(
 // ---------------------------------------------------------------------------
 // POST /similarity
 
-#[derive(Debug, Deserialize)]
+/// Either `pairs`, or `source` with `targets`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SimilarityRequest {
+pub(crate) struct SimilarityRequest {
+    /// Pairs of texts `[a, b]`.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<Vec<String>>>)]
     pairs: Option<Vec<(String, String)>>,
     #[serde(default)]
     source: Option<String>,
@@ -316,13 +362,26 @@ struct SimilarityRequest {
 /// indices of its two texts.
 type ScoringPlan = (Vec<(String, String)>, Vec<(usize, usize)>);
 
-#[derive(Serialize)]
-struct SimilarityResponse {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct SimilarityResponse {
     scores: Vec<f64>,
 }
 
-async fn similarity(
+/// Cosine similarity of text pairs in the calibrated space.
+#[utoipa::path(
+    post,
+    path = "/similarity",
+    request_body = SimilarityRequest,
+    responses(
+        (status = 200, description = "One cosine per pair", body = SimilarityResponse),
+        (status = "4XX", description = "Invalid request, missing API key or overloaded", body = crate::error::ErrorBody),
+        (status = "5XX", description = "Backend failure", body = crate::error::ErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn similarity(
     State(state): State<Arc<AppState>>,
+    Extension(ctx): Extension<Ctx>,
     ApiJson(request): ApiJson<SimilarityRequest>,
 ) -> AppResult<SimilarityResponse> {
     // Flatten to a list of texts plus, for each score, the two text indices.
@@ -365,6 +424,9 @@ async fn similarity(
             ))
         }
     };
+    let all: Vec<&str> = texts.iter().map(|(t, _)| t.as_str()).collect();
+    ctx.record(&all, state.config.log_inputs);
+    drop(all);
     // Validate, and embed each distinct text once.
     let mut unique: Vec<String> = Vec::new();
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
@@ -389,9 +451,10 @@ async fn similarity(
 // ---------------------------------------------------------------------------
 // POST /search
 
-#[derive(Debug, Deserialize)]
+/// Either `query` or `queries`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SearchRequest {
+pub(crate) struct SearchRequest {
     #[serde(default)]
     query: Option<String>,
     #[serde(default)]
@@ -400,22 +463,37 @@ struct SearchRequest {
     top_k: Option<usize>,
 }
 
-#[derive(Serialize)]
+/// A list of hits for `query`, a list of lists for `queries`.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
-enum SearchResults {
+pub(crate) enum SearchResults {
     One(Vec<Hit>),
     Many(Vec<Vec<Hit>>),
 }
 
-#[derive(Serialize)]
-struct SearchResponse {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct SearchResponse {
     results: SearchResults,
 }
 
 const DEFAULT_TOP_K: usize = 10;
 
-async fn search(
+/// Cosine search over the server's corpus, best first.
+#[utoipa::path(
+    post,
+    path = "/search",
+    request_body = SearchRequest,
+    responses(
+        (status = 200, description = "The top_k hits of each query", body = SearchResponse),
+        (status = 404, description = "No corpus on this server (no_corpus)", body = crate::error::ErrorBody),
+        (status = "4XX", description = "Invalid request, missing API key or overloaded", body = crate::error::ErrorBody),
+        (status = "5XX", description = "Backend failure", body = crate::error::ErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn search(
     State(state): State<Arc<AppState>>,
+    Extension(ctx): Extension<Ctx>,
     ApiJson(request): ApiJson<SearchRequest>,
 ) -> AppResult<SearchResponse> {
     if state.index.is_none() {
@@ -454,19 +532,25 @@ async fn search(
             ))
         }
     };
+    ctx.record(&queries, state.config.log_inputs);
     let embedded = embed_texts(&state, queries).await?;
     let searcher = Arc::clone(&state);
-    let mut hits = tokio::task::spawn_blocking(move || -> Vec<Vec<Hit>> {
+    let mut hits = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<Hit>>, ApiError> {
         match &searcher.index {
             Some(index) => embedded
                 .iter()
-                .map(|e| index.search(&e.vector, top_k))
+                .map(|e| {
+                    let timer = searcher.metrics.search.start_timer();
+                    let hits = index.search(&e.vector, top_k);
+                    timer.observe_duration();
+                    hits.map_err(|m| ApiError::Internal(format!("search failed: {m}")))
+                })
                 .collect(),
-            None => Vec::new(),
+            None => Ok(Vec::new()),
         }
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("search failed: {e}")))?;
+    .map_err(|e| ApiError::Internal(format!("search failed: {e}")))??;
     let results = if single {
         SearchResults::One(hits.pop().unwrap_or_default())
     } else {
@@ -478,12 +562,24 @@ async fn search(
 // ---------------------------------------------------------------------------
 // GET /health, GET /info, fallbacks
 
-async fn health() -> Json<Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct HealthResponse {
+    /// Always `ok`.
+    status: &'static str,
 }
 
-#[derive(Serialize)]
-struct InfoResponse {
+/// Liveness; the one route that needs no API key.
+#[utoipa::path(
+    get,
+    path = "/health",
+    responses((status = 200, description = "The server accepts requests", body = HealthResponse))
+)]
+pub(crate) async fn health() -> Json<HealthResponse> {
+    Json(HealthResponse { status: "ok" })
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct InfoResponse {
     model: String,
     pooling: String,
     calibrator: Option<String>,
@@ -493,10 +589,22 @@ struct InfoResponse {
     normalized: bool,
     limits: Limits,
     corpus_size: Option<usize>,
+    /// How /search searches (`exact`, or the approximate method), null without a corpus.
+    search_method: Option<String>,
     load: Load,
 }
 
-async fn info(State(state): State<Arc<AppState>>) -> Json<InfoResponse> {
+/// Model, limits, corpus size and current load.
+#[utoipa::path(
+    get,
+    path = "/info",
+    responses(
+        (status = 200, description = "Server description", body = InfoResponse),
+        (status = 401, description = "Missing or wrong API key", body = crate::error::ErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Json<InfoResponse> {
     let info = &state.info;
     Json(InfoResponse {
         model: info.model_id.clone(),
@@ -506,7 +614,8 @@ async fn info(State(state): State<Arc<AppState>>) -> Json<InfoResponse> {
         max_len: info.max_len,
         normalized: false,
         limits: state.config.limits(),
-        corpus_size: state.index.as_ref().map(CorpusIndex::len),
+        corpus_size: state.index.as_ref().map(|i| i.len()),
+        search_method: state.index.as_ref().map(|i| i.method()),
         load: state.batcher.load(),
     })
 }

@@ -33,6 +33,18 @@ pub struct Embedded {
     pub truncated: bool,
 }
 
+/// One input as the model's tokenizer sees it, returned by
+/// [`EmbedBackend::tokenize`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tokenized {
+    /// Token ids, special tokens included, after truncation at `max_len`.
+    pub ids: Vec<u32>,
+    /// The token strings of `ids`, one per id (e.g. `[CLS]`, `play`, `##ing`).
+    pub tokens: Vec<String>,
+    /// Whether the input was cut at the model's maximum length.
+    pub truncated: bool,
+}
+
 /// Failure of the backend; reported to clients as HTTP 500.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -69,4 +81,13 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// [`Embedded`] per input, in input order, each `dimension` long; the
     /// server answers 500 otherwise. A panic is caught and answered 500 too.
     fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError>;
+
+    /// The tokens of `text` as the model sees them (after truncation), for
+    /// `POST /tokenize`. `None` (the default): this backend cannot show its
+    /// tokens, and `/tokenize` answers 501 `not_supported`. Runs on tokio's
+    /// blocking pool.
+    fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
+        let _ = text;
+        None
+    }
 }

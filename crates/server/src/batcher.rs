@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::{EmbedBackend, Embedded};
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 
 type Reply = oneshot::Sender<Result<Vec<Embedded>, ApiError>>;
 
@@ -48,7 +49,7 @@ pub(crate) struct BatchLimits {
 }
 
 /// A snapshot of the queue, reported by `GET /info` under `load`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Load {
     /// Inputs queued and not yet taken by a worker.
     pub queued_inputs: usize,
@@ -129,6 +130,7 @@ struct Shared {
     backend: Arc<dyn EmbedBackend>,
     dimension: usize,
     limits: BatchLimits,
+    metrics: Arc<Metrics>,
     state: Mutex<QueueState>,
     work_available: Condvar,
 }
@@ -146,11 +148,13 @@ impl Batcher {
         dimension: usize,
         limits: BatchLimits,
         workers: usize,
+        metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             backend,
             dimension,
             limits,
+            metrics,
             state: Mutex::new(QueueState {
                 jobs: VecDeque::new(),
                 queued_inputs: 0,
@@ -270,6 +274,10 @@ impl Drop for Batcher {
 
 fn worker_loop(shared: &Shared) {
     while let Some(batch) = next_batch(shared) {
+        let tokens = batch
+            .iter()
+            .fold(0usize, |sum, (job, i)| sum.saturating_add(job.costs[*i]));
+        shared.metrics.observe_batch(batch.len(), tokens);
         run_batch(shared, &batch);
         let mut state = lock(&shared.state);
         state.busy_workers -= 1;

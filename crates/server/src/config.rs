@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 
+use crate::auth::ApiKeys;
 use crate::error::ServerError;
+use crate::index::SharedIndex;
 
 /// Every limit of the server. `ServerConfig::default()` is a sensible CPU
 /// set-up; [`crate::serve`] validates the values before binding anything.
@@ -34,6 +36,15 @@ pub struct ServerConfig {
     /// backend. `None`: `/search` answers 404 `no_corpus`. An empty list is a
     /// configuration error.
     pub corpus: Option<Vec<String>>,
+    /// A ready index for `/search` (e.g. a memory-mapped `bertflow index`
+    /// file); its dimension must be the backend's. Exclusive with `corpus`.
+    pub search_index: Option<SharedIndex>,
+    /// Keys accepted in `Authorization: Bearer KEY` on every route but
+    /// `/health`; empty (the default): no authentication.
+    pub api_keys: ApiKeys,
+    /// Write the input texts into the request log lines (off by default:
+    /// texts may be private).
+    pub log_inputs: bool,
 }
 
 impl Default for ServerConfig {
@@ -48,12 +59,15 @@ impl Default for ServerConfig {
             workers: 1,
             max_top_k: 1000,
             corpus: None,
+            search_index: None,
+            api_keys: ApiKeys::none(),
+            log_inputs: false,
         }
     }
 }
 
 /// The limits as reported by `GET /info`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub(crate) struct Limits {
     pub max_inputs_per_request: usize,
     pub max_chars_per_input: usize,
@@ -88,6 +102,11 @@ impl ServerConfig {
                 "max_queue_inputs ({}) must be at least max_inputs_per_request ({})",
                 self.max_queue_inputs, self.max_inputs_per_request
             )));
+        }
+        if self.corpus.is_some() && self.search_index.is_some() {
+            return Err(ServerError::Config(
+                "give either a corpus to embed or a ready search index, not both".into(),
+            ));
         }
         if matches!(&self.corpus, Some(c) if c.is_empty()) {
             return Err(ServerError::Config(

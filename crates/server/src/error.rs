@@ -13,6 +13,7 @@ use serde::Serialize;
 /// |---|---|---|---|
 /// | `InvalidJson` | 400 | `invalid_request_error` | `invalid_json` |
 /// | `EmptyInput` | 400 | `invalid_request_error` | `empty_input` |
+/// | `Unauthorized` | 401 | `invalid_request_error` | `invalid_api_key` (+ `WWW-Authenticate: Bearer`) |
 /// | `NoCorpus` | 404 | `not_found_error` | `no_corpus` |
 /// | `NotFound` | 404 | `not_found_error` | `not_found` |
 /// | `MethodNotAllowed` | 405 | `invalid_request_error` | `method_not_allowed` |
@@ -23,6 +24,7 @@ use serde::Serialize;
 /// | `Overloaded` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
 /// | `Backend` | 500 | `server_error` | `backend_error` |
 /// | `Internal` | 500 | `server_error` | `internal_error` |
+/// | `NotSupported` | 501 | `server_error` | `not_supported` |
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     /// The body is not valid JSON.
@@ -36,6 +38,10 @@ pub enum ApiError {
         /// Explanation.
         message: String,
     },
+    /// A missing, malformed or wrong API key. The message never contains
+    /// the key presented.
+    #[error("{0}")]
+    Unauthorized(String),
     /// `/search` was called but the server was started without a corpus.
     #[error(
         "no search corpus is configured on this server; start it with a corpus to use /search"
@@ -95,6 +101,9 @@ pub enum ApiError {
     /// Anything else that is the server's fault.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The backend cannot do this (e.g. show its tokens).
+    #[error("not supported by this server: {0}")]
+    NotSupported(String),
 }
 
 impl ApiError {
@@ -121,6 +130,7 @@ impl ApiError {
         match self {
             InvalidJson(_) => (StatusCode::BAD_REQUEST, INVALID, "invalid_json"),
             EmptyInput { .. } => (StatusCode::BAD_REQUEST, INVALID, "empty_input"),
+            Unauthorized(_) => (StatusCode::UNAUTHORIZED, INVALID, "invalid_api_key"),
             NoCorpus => (StatusCode::NOT_FOUND, "not_found_error", "no_corpus"),
             NotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "not_found"),
             MethodNotAllowed => (
@@ -147,6 +157,7 @@ impl ApiError {
                 "server_error",
                 "internal_error",
             ),
+            NotSupported(_) => (StatusCode::NOT_IMPLEMENTED, "server_error", "not_supported"),
         }
     }
 
@@ -161,18 +172,24 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorDetail<'a>,
+/// Every error answer: `{"error": {...}}`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
 }
 
-#[derive(Serialize)]
-struct ErrorDetail<'a> {
+/// OpenAI's error object.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorDetail {
+    /// Human-readable explanation.
     message: String,
+    /// Error class, e.g. `invalid_request_error`.
     #[serde(rename = "type")]
-    kind: &'a str,
-    param: Option<&'a str>,
-    code: &'a str,
+    kind: &'static str,
+    /// The offending request field, when known.
+    param: Option<String>,
+    /// Machine-readable code, e.g. `invalid_api_key`.
+    code: &'static str,
 }
 
 impl IntoResponse for ApiError {
@@ -182,7 +199,7 @@ impl IntoResponse for ApiError {
             error: ErrorDetail {
                 message: self.to_string(),
                 kind,
-                param: self.param(),
+                param: self.param().map(str::to_owned),
                 code,
             },
         };
@@ -191,6 +208,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -219,6 +241,7 @@ mod tests {
         let cases = [
             (ApiError::InvalidJson("x".into()), 400),
             (ApiError::empty("input", "x"), 400),
+            (ApiError::Unauthorized("x".into()), 401),
             (ApiError::NoCorpus, 404),
             (ApiError::BodyTooLarge { limit: 1 }, 413),
             (ApiError::TooManyInputs { count: 2, limit: 1 }, 413),
@@ -233,6 +256,7 @@ mod tests {
             ),
             (ApiError::Backend("x".into()), 500),
             (ApiError::Internal("x".into()), 500),
+            (ApiError::NotSupported("x".into()), 501),
         ];
         for (error, status) in cases {
             assert_eq!(error.status_type_code().0.as_u16(), status, "{error:?}");

@@ -36,7 +36,7 @@ fn unit(v: &[f32]) -> Vec<f64> {
 }
 
 /// One search result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Hit {
     /// Position of the sentence in the corpus.
     pub index: usize,
@@ -45,6 +45,52 @@ pub struct Hit {
     /// Cosine similarity to the query.
     pub score: f64,
 }
+
+/// A searchable corpus behind `POST /search`: either the corpus given in
+/// [`crate::ServerConfig::corpus`] (embedded at start-up) or an index the
+/// caller opened (e.g. a memory-mapped `bertflow index` file), passed as
+/// [`crate::ServerConfig::search_index`]. Called on tokio's blocking pool.
+pub trait SearchIndex: Send + Sync + 'static {
+    /// Sentences in the index.
+    fn len(&self) -> usize;
+    /// Whether the index is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Length of the vectors it holds (must equal the backend's dimension).
+    fn dimension(&self) -> usize;
+    /// The `top_k` sentences most similar to `query` (a raw, not normalised,
+    /// backend vector) by cosine, best first.
+    fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String>;
+    /// How it searches, for `GET /info` (e.g. `exact`, `hnsw(ef=64)`).
+    fn method(&self) -> String {
+        "exact".into()
+    }
+}
+
+/// A [`SearchIndex`] shared with the server; compares by identity.
+#[derive(Clone)]
+pub struct SharedIndex(pub std::sync::Arc<dyn SearchIndex>);
+
+impl std::fmt::Debug for SharedIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SharedIndex({} sentences, dimension {}, {})",
+            self.0.len(),
+            self.0.dimension(),
+            self.0.method()
+        )
+    }
+}
+
+impl PartialEq for SharedIndex {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedIndex {}
 
 /// The corpus sentences with their unit-normalised embeddings, one per row
 /// (normalised in f64, stored in f32: scores are exact to about 1e-6).
@@ -81,13 +127,9 @@ impl CorpusIndex {
         Ok(Self { texts, vectors })
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.texts.len()
-    }
-
     /// The `top_k` corpus sentences most similar to `query`, by cosine, best
     /// first (ties: lower index first). Exact.
-    pub(crate) fn search(&self, query: &[f32], top_k: usize) -> Vec<Hit> {
+    pub(crate) fn search_exact(&self, query: &[f32], top_k: usize) -> Vec<Hit> {
         let q: ndarray::Array1<f32> = unit(query).into_iter().map(|x| x as f32).collect();
         let scores = self.vectors.dot(&q);
         let mut ranked: Vec<(usize, f64)> =
@@ -110,6 +152,20 @@ impl CorpusIndex {
                 score,
             })
             .collect()
+    }
+}
+
+impl SearchIndex for CorpusIndex {
+    fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    fn dimension(&self) -> usize {
+        self.vectors.ncols()
+    }
+
+    fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String> {
+        Ok(self.search_exact(query, top_k))
     }
 }
 
@@ -139,11 +195,11 @@ mod tests {
                 [0.0, 0.0]
             ],
         };
-        let hits = index.search(&[1.0, 0.1], 3);
+        let hits = index.search_exact(&[1.0, 0.1], 3);
         let order: Vec<usize> = hits.iter().map(|h| h.index).collect();
         assert_eq!(order, vec![0, 2, 1]);
         assert!((hits[0].score - cosine(&[1.0, 0.1], &[1.0, 0.0])).abs() < 1e-6);
-        assert_eq!(index.search(&[1.0, 0.0], 10).len(), 4);
-        assert_eq!(index.search(&[1.0, 0.0], 10)[3].score, 0.0);
+        assert_eq!(index.search_exact(&[1.0, 0.0], 10).len(), 4);
+        assert_eq!(index.search_exact(&[1.0, 0.0], 10)[3].score, 0.0);
     }
 }

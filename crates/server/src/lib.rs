@@ -95,23 +95,32 @@
 //! server stops accepting connections, answers every request already received
 //! (queued ones included), stops its workers and returns.
 
+mod access;
 mod api;
+mod auth;
 mod backend;
 mod batcher;
 mod config;
 mod error;
 mod index;
+mod logging;
+mod metrics;
+mod openapi;
+mod tools;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use backend::{BackendError, BackendInfo, EmbedBackend, Embedded};
+pub use auth::ApiKeys;
+pub use backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
 pub use batcher::Load;
 pub use config::ServerConfig;
 pub use error::{ApiError, ServerError};
-pub use index::Hit;
+pub use index::{Hit, SearchIndex, SharedIndex};
+pub use logging::{init_logging, LogFormat};
+pub use openapi::openapi_document;
 
 use api::AppState;
 use batcher::{BatchLimits, Batcher};
@@ -138,21 +147,38 @@ pub async fn serve(
         )));
     }
 
-    let index = match config.corpus.take() {
-        None => None,
-        Some(corpus) => {
-            let backend = Arc::clone(&backend);
-            let (dimension, max_len) = (info.dimension, info.max_len);
-            let (tokens, size) = (config.max_batch_tokens, config.max_batch_size);
-            let built = tokio::task::spawn_blocking(move || {
-                CorpusIndex::build(backend.as_ref(), corpus, dimension, max_len, tokens, size)
-            })
-            .await
-            .map_err(|e| ServerError::Corpus(format!("indexing task failed: {e}")))??;
-            Some(built)
-        }
-    };
+    let index: Option<Arc<dyn SearchIndex>> =
+        match (config.corpus.take(), config.search_index.take()) {
+            (Some(corpus), _) => {
+                let backend = Arc::clone(&backend);
+                let (dimension, max_len) = (info.dimension, info.max_len);
+                let (tokens, size) = (config.max_batch_tokens, config.max_batch_size);
+                let built = tokio::task::spawn_blocking(move || {
+                    CorpusIndex::build(backend.as_ref(), corpus, dimension, max_len, tokens, size)
+                })
+                .await
+                .map_err(|e| ServerError::Corpus(format!("indexing task failed: {e}")))??;
+                Some(Arc::new(built))
+            }
+            (None, Some(shared)) => {
+                if shared.0.dimension() != info.dimension {
+                    return Err(ServerError::Config(format!(
+                        "the search index holds vectors of dimension {} but the backend makes {}",
+                        shared.0.dimension(),
+                        info.dimension
+                    )));
+                }
+                Some(shared.0)
+            }
+            (None, None) => None,
+        };
 
+    let metrics = Arc::new(metrics::Metrics::new()?);
+    metrics.corpus_size.set(
+        index
+            .as_ref()
+            .map_or(0, |i| i64::try_from(i.len()).unwrap_or(i64::MAX)),
+    );
     let batcher = Batcher::start(
         Arc::clone(&backend),
         info.dimension,
@@ -162,6 +188,7 @@ pub async fn serve(
             max_queue_inputs: config.max_queue_inputs,
         },
         config.workers,
+        Arc::clone(&metrics),
     )?;
     let state = Arc::new(AppState {
         backend,
@@ -169,6 +196,8 @@ pub async fn serve(
         config,
         batcher,
         index,
+        metrics,
+        request_ids: access::RequestIds::default(),
     });
 
     let served = axum::serve(listener, api::router(Arc::clone(&state)))

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bertflow_server::{
-    serve, BackendError, BackendInfo, EmbedBackend, Embedded, ServerConfig, ServerError,
+    serve, BackendError, BackendInfo, EmbedBackend, Embedded, ServerConfig, ServerError, Tokenized,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -142,6 +142,63 @@ impl EmbedBackend for Fake {
                     tokens: len.min(self.max_len),
                     truncated: len > self.max_len,
                 }
+            })
+            .collect())
+    }
+
+    /// `[CLS]`, the whitespace words, `[SEP]` (ids 101, word length + 1000
+    /// per word, 102), cut to `max_len` keeping `[SEP]`. "FAIL" fails.
+    fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
+        if text.contains("FAIL") {
+            return Some(Err(BackendError::new("fake tokenizer failure")));
+        }
+        let mut tokens: Vec<String> = std::iter::once("[CLS]".to_owned())
+            .chain(text.split_whitespace().map(str::to_owned))
+            .collect();
+        let truncated = tokens.len() + 1 > self.max_len;
+        tokens.truncate(self.max_len.saturating_sub(1));
+        tokens.push("[SEP]".to_owned());
+        let ids = tokens
+            .iter()
+            .map(|t| match t.as_str() {
+                "[CLS]" => 101,
+                "[SEP]" => 102,
+                word => 1000 + word.len() as u32,
+            })
+            .collect();
+        Some(Ok(Tokenized {
+            ids,
+            tokens,
+            truncated,
+        }))
+    }
+}
+
+/// A backend without `tokenize` (the trait's default).
+pub struct NoTokens;
+
+impl EmbedBackend for NoTokens {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            model_id: "no-tokens".into(),
+            pooling: "mean".into(),
+            calibrator: None,
+            dimension: DIM,
+            max_len: 16,
+        }
+    }
+
+    fn tokenize_len(&self, text: &str) -> usize {
+        text.split_whitespace().count() + 2
+    }
+
+    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
+        Ok(texts
+            .iter()
+            .map(|t| Embedded {
+                vector: vector_of(t),
+                tokens: 3,
+                truncated: false,
             })
             .collect())
     }
