@@ -1,12 +1,12 @@
 //! `bertflow serve` in production mode, end to end with the real model: API key from
 //! the environment, JSON request logs on stderr (without the input texts), /metrics,
-//! /tokenize, and `bertflow index build|add` served with `serve --index`.
+//! and /tokenize.
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_bertflow");
 
@@ -121,12 +121,22 @@ fn key_from_env_json_logs_without_inputs_metrics_and_tokenize() {
         let (status, text) = call(&client, &server.url("/v1/embeddings"), None, Some(&body)).await;
         assert_eq!(status, 401, "{text}");
         assert!(text.contains("invalid_api_key"), "{text}");
-        let (status, text) =
-            call(&client, &server.url("/v1/embeddings"), Some("nope-nope"), Some(&body)).await;
+        let (status, text) = call(
+            &client,
+            &server.url("/v1/embeddings"),
+            Some("nope-nope"),
+            Some(&body),
+        )
+        .await;
         assert_eq!(status, 401, "{text}");
         assert!(!text.contains("nope-nope"), "{text}");
-        let (status, text) =
-            call(&client, &server.url("/v1/embeddings"), Some(KEY), Some(&body)).await;
+        let (status, text) = call(
+            &client,
+            &server.url("/v1/embeddings"),
+            Some(KEY),
+            Some(&body),
+        )
+        .await;
         assert_eq!(status, 200, "{text}");
         let reply: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(reply["data"].as_array().unwrap().len(), 2);
@@ -157,7 +167,10 @@ fn key_from_env_json_logs_without_inputs_metrics_and_tokenize() {
             "bertflow_requests_total{route=\"/health\",status=\"200\"} 1",
             "bertflow_inputs_total{route=\"/v1/embeddings\"} 2",
         ] {
-            assert!(metrics.lines().any(|l| l == line), "{line} missing:\n{metrics}");
+            assert!(
+                metrics.lines().any(|l| l == line),
+                "{line} missing:\n{metrics}"
+            );
         }
     });
     // The log lines are written after the answers; give the last one a moment.
@@ -183,7 +196,10 @@ fn key_from_env_json_logs_without_inputs_metrics_and_tokenize() {
         2
     );
     assert!(!log.contains("Zanzibar"), "input text in the log:\n{log}");
-    assert!(!log.contains(KEY) && !log.contains("nope-nope"), "a key in the log:\n{log}");
+    assert!(
+        !log.contains(KEY) && !log.contains("nope-nope"),
+        "a key in the log:\n{log}"
+    );
     drop(server);
 
     // With --log-inputs the texts are logged.
