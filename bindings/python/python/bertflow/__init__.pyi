@@ -1,0 +1,141 @@
+"""Type stubs of the bertflow package."""
+
+import os
+from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, TypeVar, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import sts as sts
+
+__version__: str
+
+_Path = Union[str, "os.PathLike[str]"]
+_Matrix = npt.ArrayLike
+_F32 = npt.NDArray[np.float32]
+_Source = Union["Encoder", str, None]
+_C = TypeVar("_C", bound="Calibrator")
+
+POOLINGS: Tuple[Tuple[str, str], ...]
+
+def poolings() -> list[Tuple[str, str]]: ...
+
+class CalibratorFileError(ValueError): ...
+
+class Encoder:
+    def __init__(
+        self,
+        model: Optional[_Path] = None,
+        pooling: str = "last-avg",
+        max_len: Optional[int] = None,
+        threads: Optional[int] = None,
+        cache: Union[bool, _Path] = True,
+    ) -> None: ...
+    def encode(
+        self,
+        texts: Iterable[str],
+        batch_size: int = 32,
+        progress: Union[bool, Callable[[int, int], Any]] = False,
+    ) -> _F32: ...
+    def __call__(
+        self,
+        texts: Iterable[str],
+        batch_size: int = 32,
+        progress: Union[bool, Callable[[int, int], Any]] = False,
+    ) -> _F32: ...
+    @property
+    def dimension(self) -> int: ...
+    @property
+    def pooling(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def identity(self) -> str: ...
+    @property
+    def max_len(self) -> int: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def cache_dir(self) -> Optional[str]: ...
+
+class Calibrator:
+    calibrator_: Any
+    n_features_in_: int
+    n_features_out_: int
+    meta_: dict[str, Any]
+    @property
+    def spec(self) -> str: ...
+    def fit(self: _C, X: _Matrix, y: Any = None, *, source: _Source = None) -> _C: ...
+    def transform(self, X: _Matrix) -> _F32: ...
+    def fit_transform(self, X: _Matrix, y: Any = None, **fit_params: Any) -> _F32: ...
+    def to_bytes(self) -> bytes: ...
+    @staticmethod
+    def from_bytes(data: bytes) -> "Calibrator": ...
+    def save(self, path: _Path, *, source: _Source = None) -> None: ...
+    def describe(self) -> str: ...
+    def get_params(self, deep: bool = True) -> dict[str, Any]: ...
+    def set_params(self: _C, **params: Any) -> _C: ...
+
+class Identity(Calibrator):
+    def __init__(self) -> None: ...
+
+class StandardNorm(Calibrator):
+    def __init__(self) -> None: ...
+
+class Whitening(Calibrator):
+    k: Optional[int]
+    def __init__(self, k: Optional[int] = None) -> None: ...
+
+class Natsv(Calibrator):
+    k: int
+    def __init__(self, k: int = 5) -> None: ...
+
+class SnNatsv(Calibrator):
+    k: int
+    def __init__(self, k: int = 5) -> None: ...
+
+class Flow(Calibrator):
+    levels: int
+    steps: int
+    width: int
+    epochs: int
+    lr: float
+    batch: int
+    seed: int
+    coupling: str
+    permutation: str
+    def __init__(
+        self,
+        levels: int = 3,
+        steps: int = 3,
+        width: int = 32,
+        epochs: int = 1,
+        lr: float = 1e-3,
+        batch: int = 32,
+        seed: int = 42,
+        coupling: str = "additive",
+        permutation: str = "reverse",
+    ) -> None: ...
+
+def calibrator(spec: Union[str, Calibrator]) -> Calibrator: ...
+def load(path: _Path) -> Calibrator: ...
+
+class MomentStats:
+    def __init__(self, dim: int) -> None: ...
+    def update(self, X: _Matrix) -> "MomentStats": ...
+    def merge(self, other: "MomentStats") -> "MomentStats": ...
+    def to_bytes(self) -> bytes: ...
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "MomentStats": ...
+    def fit(self, spec: Union[str, Calibrator] = "whiten", *, source: _Source = None) -> Calibrator: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def mean(self) -> npt.NDArray[np.float64]: ...
+    def covariance(self, ddof: int = 1) -> npt.NDArray[np.float64]: ...
