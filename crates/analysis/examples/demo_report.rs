@@ -4,15 +4,13 @@
 //!
 //! `cargo run -p bertflow-analysis --example demo_report -- /tmp/demo`
 
-use bertflow_analysis::rng::SplitMix64;
 use bertflow_analysis::*;
+use bertflow_numeric::SplitMix64;
 use ndarray::Array2;
 
 /// Approximately standard normal numbers (sum of 4 uniforms, rescaled).
 fn normal(rng: &mut SplitMix64) -> f32 {
-    let s: f64 = (0..4)
-        .map(|_| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
-        .sum();
+    let s: f64 = (0..4).map(|_| rng.next_f64()).sum();
     ((s - 2.0) * 3f64.sqrt()) as f32
 }
 

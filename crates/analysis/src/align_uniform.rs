@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{check_finite, AnalysisError, Result};
 use crate::linalg::{block_dot_t, dot_f32, l2_normalise, par_blocks};
-use crate::rng::SplitMix64;
+use bertflow_numeric::SplitMix64;
 
 /// How the uniformity average over sentence pairs is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

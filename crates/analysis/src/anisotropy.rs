@@ -5,7 +5,7 @@ use ndarray::ArrayView2;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_finite, AnalysisError, Result};
-use crate::rng::SplitMix64;
+use bertflow_numeric::{col_mean, SplitMix64};
 
 /// Anisotropy statistics of a set of sentence embeddings.
 ///
@@ -90,15 +90,7 @@ pub fn anisotropy(x: ArrayView2<'_, f32>, n_pairs: usize, seed: u64) -> Result<A
     let mean = sum / n_pairs as f64;
     let var = (sum_sq / n_pairs as f64 - mean * mean).max(0.0);
 
-    let mut mean_vec = vec![0.0; d];
-    for r in &rows {
-        for (m, v) in mean_vec.iter_mut().zip(r) {
-            *m += v;
-        }
-    }
-    for m in &mut mean_vec {
-        *m /= n as f64;
-    }
+    let mean_vec = col_mean(x).to_vec();
     let mean_norm = norm(&mean_vec);
     let to_mean = rows
         .iter()

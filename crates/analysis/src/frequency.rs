@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{check_finite, AnalysisError, Result};
 use crate::linalg::{block_dot_t, par_blocks, row_sq_norms};
-use crate::rng::SplitMix64;
+use bertflow_numeric::SplitMix64;
 
 /// Parameters of [`frequency_geometry`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

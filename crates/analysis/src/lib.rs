@@ -14,13 +14,13 @@
 //!
 //! The crate is pure computation: it receives embeddings as
 //! `ndarray::ArrayView2<f32>` (one row per sentence or token) and returns
-//! serde-serialisable results. Sampling uses its own SplitMix64 generator so
-//! that results for a seed do not depend on dependency versions. Bad input is
+//! serde-serialisable results. Sampling uses the SplitMix64 generator of
+//! `bertflow-numeric` so that results for a seed do not depend on dependency
+//! versions. Bad input is
 //! reported as an [`AnalysisError`], never a panic.
 
 pub mod align_uniform;
 pub mod anisotropy;
-mod base64;
 pub mod error;
 pub mod figures;
 pub mod frequency;
@@ -28,7 +28,6 @@ pub mod lexical;
 mod linalg;
 pub mod plot;
 pub mod report;
-pub mod rng;
 pub mod spectrum;
 pub mod stats;
 

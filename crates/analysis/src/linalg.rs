@@ -1,4 +1,5 @@
-//! Blocked, multi-threaded dense helpers built on ndarray's matrix product.
+//! Blocked, multi-threaded dense helpers built on ndarray's matrix product
+//! (the centred Gram matrices live in `bertflow-numeric`).
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, ArrayView2};
@@ -9,52 +10,6 @@ pub(crate) fn n_threads() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 8)
-}
-
-/// `Xc^T Xc` (d x d, f64) of the column-centred `x`, accumulated over row
-/// blocks so that no n x d f64 copy is ever made. `mean` is the column mean.
-pub(crate) fn centred_gram_cols(x: ArrayView2<'_, f32>, mean: &[f64]) -> Array2<f64> {
-    let (n, d) = x.dim();
-    const BLOCK: usize = 512;
-    let threads = n_threads().min(n.div_ceil(BLOCK)).max(1);
-    let rows_per_thread = n.div_ceil(threads);
-    let partials: Vec<Array2<f64>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let lo = (t * rows_per_thread).min(n);
-                let hi = ((t + 1) * rows_per_thread).min(n);
-                scope.spawn(move || {
-                    let mut g = Array2::<f64>::zeros((d, d));
-                    let mut start = lo;
-                    while start < hi {
-                        let end = (start + BLOCK).min(hi);
-                        let block = Array2::from_shape_fn((end - start, d), |(i, j)| {
-                            f64::from(x[[start + i, j]]) - mean[j]
-                        });
-                        general_mat_mul(1.0, &block.t(), &block, 1.0, &mut g);
-                        start = end;
-                    }
-                    g
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
-    let mut total = Array2::<f64>::zeros((d, d));
-    for p in partials {
-        total += &p;
-    }
-    total
-}
-
-/// `Xc Xc^T` (n x n, f64) of the column-centred `x`; used when n < d.
-pub(crate) fn centred_gram_rows(x: ArrayView2<'_, f32>, mean: &[f64]) -> Array2<f64> {
-    let (n, d) = x.dim();
-    let xc = Array2::from_shape_fn((n, d), |(i, j)| f64::from(x[[i, j]]) - mean[j]);
-    xc.dot(&xc.t())
 }
 
 /// Runs `f(block_start, block_end)` for consecutive row blocks of `0..n` on
@@ -154,23 +109,6 @@ pub(crate) fn block_dot_t(
 mod tests {
     use super::*;
     use ndarray::array;
-
-    #[test]
-    fn gram_matches_naive() {
-        let x = Array2::from_shape_fn((1300, 3), |(i, j)| ((i * 31 + j * 17) % 23) as f32 * 0.1);
-        let mean: Vec<f64> = (0..3)
-            .map(|j| x.column(j).iter().map(|&v| f64::from(v)).sum::<f64>() / 1300.0)
-            .collect();
-        let g = centred_gram_cols(x.view(), &mean);
-        for a in 0..3 {
-            for b in 0..3 {
-                let naive: f64 = (0..1300)
-                    .map(|i| (f64::from(x[[i, a]]) - mean[a]) * (f64::from(x[[i, b]]) - mean[b]))
-                    .sum();
-                assert!((g[[a, b]] - naive).abs() < 1e-6 * naive.abs().max(1.0));
-            }
-        }
-    }
 
     #[test]
     fn par_blocks_keeps_order() {

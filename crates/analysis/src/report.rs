@@ -4,11 +4,12 @@
 
 use std::fmt::Write as _;
 
+use base64::Engine as _;
+
 use serde::{Deserialize, Serialize};
 
 use crate::align_uniform::AlignmentUniformity;
 use crate::anisotropy::Anisotropy;
-use crate::base64;
 use crate::error::Result;
 use crate::frequency::FrequencyGeometry;
 use crate::lexical::LexicalBias;
@@ -522,7 +523,7 @@ pub fn render_html(data: &ReportData) -> String {
                     let _ = writeln!(
                         h,
                         "<figure><img src=\"data:image/png;base64,{}\" width=\"{}\" height=\"{}\" alt=\"{cap}\"><figcaption>{cap}</figcaption></figure>",
-                        base64::encode(&png),
+                        base64::engine::general_purpose::STANDARD.encode(&png),
                         f.width,
                         f.height
                     );

@@ -1,11 +1,11 @@
 //! Singular spectrum of the centred embedding matrix.
 
-use nalgebra::DMatrix;
+use bertflow_numeric::{centred_gram_cols, centred_gram_rows, col_mean, sym_eigenvalues_desc};
 use ndarray::ArrayView2;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_finite, AnalysisError, Result};
-use crate::linalg::{centred_gram_cols, centred_gram_rows};
+use crate::linalg::n_threads;
 
 /// Singular spectrum of the column-centred embedding matrix `Xc` (n x d).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,30 +88,17 @@ pub fn spectrum(x: ArrayView2<'_, f32>) -> Result<Spectrum> {
     }
     check_finite("spectrum: embeddings", x.iter())?;
 
-    let mut mean = vec![0.0f64; d];
-    for row in x.rows() {
-        for (m, &v) in mean.iter_mut().zip(row) {
-            *m += f64::from(v);
-        }
-    }
-    for m in &mut mean {
-        *m /= n as f64;
-    }
-
+    let mean = col_mean(x).to_vec();
     let gram = if n >= d {
-        centred_gram_cols(x, &mean)
+        centred_gram_cols(x, &mean, n_threads())
     } else {
         centred_gram_rows(x, &mean)
     };
-    let k = gram.nrows();
-    let m = DMatrix::<f64>::from_fn(k, k, |i, j| 0.5 * (gram[[i, j]] + gram[[j, i]]));
-    let mut eig: Vec<f64> = m.symmetric_eigenvalues().iter().copied().collect();
-    if eig.iter().any(|v| !v.is_finite()) {
-        return Err(AnalysisError::Degenerate(
+    let mut eig = sym_eigenvalues_desc(&gram).map_err(|_| {
+        AnalysisError::Degenerate(
             "spectrum: eigenvalue computation produced a non-finite value".into(),
-        ));
-    }
-    eig.sort_by(|a, b| b.total_cmp(a));
+        )
+    })?;
     let lambda_max = eig.first().copied().unwrap_or(0.0);
     if lambda_max <= 0.0 {
         return Err(AnalysisError::Degenerate(

@@ -7,25 +7,8 @@
 use std::time::Instant;
 
 use bertflow_calib::{fit, CalibSpec, Calibrator, FitOptions};
+use bertflow_numeric::SplitMix64;
 use ndarray::Array2;
-
-/// SplitMix64 -> uniform -> Box-Muller; enough for test data.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.next();
-        let u2 = self.next();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
 
 /// CPU time of this thread in seconds (Linux), to tell the cost of the fit
 /// from time spent waiting for a busy machine.
@@ -39,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(Ok(29_500), |s| s.parse())?;
     let d: usize = args.next().map_or(Ok(384), |s| s.parse())?;
-    let mut g = Gen(2020);
+    let mut g = SplitMix64::new(2020);
     // Anisotropic: per-dimension scales spanning three orders of magnitude,
     // a common offset, and a few shared factors (a dominant direction, as in
     // BERT embeddings).

@@ -92,6 +92,11 @@ pub enum CalibError {
         reason: String,
     },
 
+    /// Serialised moment statistics are damaged, truncated, of an unknown
+    /// version, or the statistics cannot be combined.
+    #[error("invalid moment statistics: {0}")]
+    Moments(String),
+
     /// The metadata handed to `save` is inconsistent with the calibrator.
     #[error("invalid calibrator metadata: {0}")]
     Meta(String),

@@ -32,6 +32,12 @@
 //! Zero variance and rank deficiency are handled without inf/NaN: see
 //! [`StandardNorm`], [`Whitening`], [`Natsv`] and [`Flow`]. All statistics
 //! are computed in f64.
+//!
+//! Every kind but the flow depends on the data only through its count, mean
+//! and co-moment matrix: [`MomentStats`] accumulates them over a stream of
+//! batches with bounded memory, merges statistics computed apart (Chan,
+//! Golub & LeVeque) and serialises them; [`fit_from_moments`] fits from them
+//! what [`fit`] fits on the rows.
 
 #![warn(missing_docs)]
 
@@ -39,8 +45,8 @@ pub mod error;
 mod flow;
 mod io;
 mod linear;
+mod moments;
 mod real;
-mod rng;
 pub mod spec;
 mod stats;
 
@@ -54,6 +60,7 @@ pub use error::{CalibError, Result};
 pub use flow::Flow;
 pub use io::{check_compatible, CalibratorMeta, FORMAT_VERSION, METADATA_KEY};
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
+pub use moments::{fit_from_moments, MomentStats, MOMENT_BLOCK};
 pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation};
 pub use stats::ZERO_VARIANCE_RTOL;
 
@@ -259,22 +266,29 @@ impl fmt::Debug for FitOptions<'_> {
 /// Fits a calibrator of the kind `spec` on `x` (one embedding per row).
 /// Errors (never panics) on invalid specs, empty or non-finite data, or a
 /// flow architecture that does not fit the dimension or diverges.
+///
+/// The closed-form kinds are fitted from the moment statistics of `x`
+/// ([`MomentStats::from_data`], then [`fit_from_moments`]), so a fit on the
+/// rows and a fit on merged statistics of the same rows agree.
 pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, opts: &mut FitOptions<'_>) -> Result<Fitted> {
     spec.validate()?;
-    Ok(match spec {
-        CalibSpec::None => Fitted::None(Identity::fit(x)?),
-        CalibSpec::Sn => Fitted::Sn(StandardNorm::fit(x)?),
-        CalibSpec::Whiten { k } => Fitted::Whiten(Whitening::fit(x, *k)?),
-        CalibSpec::Natsv { k } => Fitted::Natsv(Natsv::fit(x, *k)?),
-        CalibSpec::SnNatsv { k } => Fitted::SnNatsv(SnNatsv::fit(x, *k)?),
+    match spec {
         CalibSpec::Flow(cfg) => {
             let progress = opts
                 .progress
                 .as_mut()
                 .map(|b| &mut **b as &mut dyn FnMut(FitProgress));
-            Fitted::Flow(Flow::fit(cfg, x, progress)?)
+            Ok(Fitted::Flow(Flow::fit(cfg, x, progress)?))
         }
-    })
+        CalibSpec::None => {
+            stats::check_fit_input("none", x, 1)?;
+            Ok(Fitted::None(Identity { dim: x.ncols() }))
+        }
+        _ => {
+            stats::check_fit_input(spec.kind(), x, 2)?;
+            fit_from_moments(spec, &MomentStats::from_data(x)?)
+        }
+    }
 }
 
 /// Writes `fitted` to `path`; see [`Fitted::save`].

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CalibError, Result};
 use crate::io::{TensorReader, TensorWriter};
+use crate::moments::{check_moments, MomentStats};
 use crate::stats::{self, ZERO_VARIANCE_RTOL};
 use crate::Calibrator;
 
@@ -33,13 +34,6 @@ pub(crate) fn not_loaded(kind: &str) -> CalibError {
 pub struct Identity {
     /// Input (= output) dimension.
     pub dim: usize,
-}
-
-impl Identity {
-    pub(crate) fn fit(x: ArrayView2<f32>) -> Result<Self> {
-        stats::check_fit_input("none", x, 1)?;
-        Ok(Identity { dim: x.ncols() })
-    }
 }
 
 impl Calibrator for Identity {
@@ -79,18 +73,9 @@ pub struct StandardNorm {
 }
 
 impl StandardNorm {
-    pub(crate) fn fit(x: ArrayView2<f32>) -> Result<Self> {
-        stats::check_fit_input("sn", x, 2)?;
-        let mean = stats::mean(x);
-        let n = x.nrows() as f64;
-        let mut var = Array1::<f64>::zeros(x.ncols());
-        for row in x.rows() {
-            for ((v, &a), &m) in var.iter_mut().zip(row.iter()).zip(mean.iter()) {
-                let c = a as f64 - m;
-                *v += c * c;
-            }
-        }
-        var /= n;
+    pub(crate) fn from_moments(stats: &MomentStats) -> Result<Self> {
+        check_moments("sn", stats, 2)?;
+        let var = stats.variance()?;
         let max_var = var.iter().copied().fold(0.0, f64::max);
         let mut zero_variance = Vec::new();
         let scale = Array1::from_iter(var.iter().enumerate().map(|(j, &v)| {
@@ -102,9 +87,9 @@ impl StandardNorm {
             }
         }));
         Ok(StandardNorm {
-            dim: x.ncols(),
+            dim: stats.dim(),
             zero_variance,
-            mean,
+            mean: stats.mean().clone(),
             scale,
         })
     }
@@ -200,13 +185,9 @@ pub struct Whitening {
 }
 
 impl Whitening {
-    pub(crate) fn fit(x: ArrayView2<f32>, k: Option<usize>) -> Result<Self> {
-        stats::check_fit_input("whiten", x, 2)?;
-        let mean = stats::mean(x);
-        let xc = stats::centred(x, &mean);
-        let cov = stats::covariance(&xc);
-        drop(xc);
-        let (values, vectors) = stats::sym_eigen_desc(&cov)?;
+    pub(crate) fn from_moments(stats: &MomentStats, k: Option<usize>) -> Result<Self> {
+        check_moments("whiten", stats, 2)?;
+        let (values, vectors) = stats::sym_eigen_desc(&stats.covariance()?)?;
         let rank = stats::numerical_rank(&values);
         if rank == 0 {
             return Err(CalibError::BadData {
@@ -215,7 +196,7 @@ impl Whitening {
             });
         }
         let out_dim = k.map_or(rank, |k| k.min(rank));
-        let d = x.ncols();
+        let d = stats.dim();
         let mut w = Array2::<f64>::zeros((d, out_dim));
         for j in 0..out_dim {
             let f = 1.0 / values[j].sqrt();
@@ -228,7 +209,7 @@ impl Whitening {
             k,
             rank,
             out_dim,
-            mean,
+            mean: stats.mean().clone(),
             w,
             eigenvalues: Array1::from(values[..out_dim].to_vec()),
         })
@@ -326,25 +307,13 @@ pub struct Natsv {
 }
 
 impl Natsv {
-    pub(crate) fn fit_f64(kind: &'static str, x: &Array2<f64>, k: usize) -> Result<Self> {
-        if x.nrows() < 2 {
-            return Err(CalibError::BadData {
-                kind,
-                reason: format!("needs at least 2 rows, got {}", x.nrows()),
-            });
-        }
-        let mean = x.mean_axis(Axis(0)).ok_or_else(|| CalibError::BadData {
-            kind,
-            reason: "no rows".into(),
-        })?;
-        let xc = x - &mean.view().insert_axis(Axis(0));
-        let cov = stats::covariance(&xc);
-        drop(xc);
-        let (values, vectors) = stats::sym_eigen_desc(&cov)?;
+    /// From the mean and the covariance (divided by n - 1) of the data.
+    fn from_covariance(mean: Array1<f64>, cov: &Array2<f64>, k: usize) -> Result<Self> {
+        let (values, vectors) = stats::sym_eigen_desc(cov)?;
         let removed = k.min(stats::numerical_rank(&values));
         let directions = vectors.slice(ndarray::s![.., ..removed]).to_owned();
         Ok(Natsv {
-            dim: x.ncols(),
+            dim: mean.len(),
             k,
             removed,
             mean,
@@ -352,9 +321,9 @@ impl Natsv {
         })
     }
 
-    pub(crate) fn fit(x: ArrayView2<f32>, k: usize) -> Result<Self> {
-        stats::check_fit_input("natsv", x, 2)?;
-        Self::fit_f64("natsv", &x.mapv(|v| v as f64), k)
+    pub(crate) fn from_moments(stats: &MomentStats, k: usize) -> Result<Self> {
+        check_moments("natsv", stats, 2)?;
+        Self::from_covariance(stats.mean().clone(), &stats.covariance()?, k)
     }
 
     /// Mean subtracted first.
@@ -438,11 +407,18 @@ pub struct SnNatsv {
 }
 
 impl SnNatsv {
-    pub(crate) fn fit(x: ArrayView2<f32>, k: usize) -> Result<Self> {
-        stats::check_fit_input("sn+natsv", x, 2)?;
-        let sn = StandardNorm::fit(x)?;
-        let z = sn.transform_f64(x)?;
-        let natsv = Natsv::fit_f64("sn+natsv", &z, k)?;
+    /// The standardised data `z = S (x - mean)` (S the diagonal of sn's
+    /// scales, 0 on zero-variance dimensions) has mean 0 and covariance
+    /// `S C S`, C the covariance of x: natsv is fitted from those. The
+    /// product `c_ij (s_i s_j)` keeps the matrix exactly symmetric.
+    pub(crate) fn from_moments(stats: &MomentStats, k: usize) -> Result<Self> {
+        check_moments("sn+natsv", stats, 2)?;
+        let sn = StandardNorm::from_moments(stats)?;
+        let mut cov = stats.covariance()?;
+        for ((i, j), c) in cov.indexed_iter_mut() {
+            *c *= sn.scale[i] * sn.scale[j];
+        }
+        let natsv = Natsv::from_covariance(Array1::zeros(stats.dim()), &cov, k)?;
         Ok(SnNatsv { sn, natsv })
     }
 }

@@ -1,4 +1,5 @@
-//! Statistics in f64: means, covariances, eigendecompositions.
+//! Input checks, the zero-variance tolerance and eigendecompositions in f64
+//! (the moments themselves are in [`crate::moments`]).
 
 use ndarray::{Array1, Array2, ArrayView2, Axis};
 
@@ -42,18 +43,6 @@ pub(crate) fn check_fit_input(
     check_finite(x)
 }
 
-/// Column means in f64.
-pub(crate) fn mean(x: ArrayView2<f32>) -> Array1<f64> {
-    let mut m = Array1::<f64>::zeros(x.ncols());
-    for row in x.rows() {
-        for (a, &v) in m.iter_mut().zip(row.iter()) {
-            *a += v as f64;
-        }
-    }
-    m /= x.nrows().max(1) as f64;
-    m
-}
-
 /// The data minus its mean, in f64.
 pub(crate) fn centred(x: ArrayView2<f32>, mean: &Array1<f64>) -> Array2<f64> {
     let mut c = x.mapv(|v| v as f64);
@@ -61,57 +50,12 @@ pub(crate) fn centred(x: ArrayView2<f32>, mean: &Array1<f64>) -> Array2<f64> {
     c
 }
 
-/// Sample covariance of already centred data, divided by n - 1 (numpy's
-/// `np.cov` default, as in the BERT-whitening code). Needs n >= 2.
-pub(crate) fn covariance(xc: &Array2<f64>) -> Array2<f64> {
-    let n = xc.nrows();
-    let mut cov = xc.t().dot(xc);
-    cov /= (n.max(2) - 1) as f64;
-    // Exact symmetry (the product is symmetric up to rounding).
-    let d = cov.nrows();
-    for i in 0..d {
-        for j in 0..i {
-            let v = 0.5 * (cov[[i, j]] + cov[[j, i]]);
-            cov[[i, j]] = v;
-            cov[[j, i]] = v;
-        }
-    }
-    cov
-}
-
 /// Eigen-decomposition of a symmetric matrix: eigenvalues in decreasing
-/// order, eigenvectors as the matching columns. Each eigenvector's sign is
-/// fixed so that its largest-magnitude component (the first one on ties) is
-/// positive, so the result is reproducible.
+/// order, eigenvectors as the matching columns, each with its
+/// largest-magnitude component positive (see
+/// [`bertflow_numeric::sym_eigen_desc`]).
 pub(crate) fn sym_eigen_desc(a: &Array2<f64>) -> Result<(Vec<f64>, Array2<f64>)> {
-    let d = a.nrows();
-    let m = nalgebra::DMatrix::<f64>::from_fn(d, d, |i, j| a[[i, j]]);
-    let eig = nalgebra::SymmetricEigen::try_new(m, f64::EPSILON, 0).ok_or_else(|| {
-        CalibError::Numerical("the symmetric eigendecomposition did not converge".into())
-    })?;
-    let mut order: Vec<usize> = (0..d).collect();
-    order.sort_by(|&i, &j| eig.eigenvalues[j].total_cmp(&eig.eigenvalues[i]));
-    let values: Vec<f64> = order.iter().map(|&i| eig.eigenvalues[i]).collect();
-    if values.iter().any(|v| !v.is_finite()) {
-        return Err(CalibError::Numerical(
-            "the eigendecomposition produced non-finite eigenvalues".into(),
-        ));
-    }
-    let mut vectors = Array2::<f64>::zeros((d, d));
-    for (new, &old) in order.iter().enumerate() {
-        let col = eig.eigenvectors.column(old);
-        let mut best = 0;
-        for i in 1..d {
-            if col[i].abs() > col[best].abs() {
-                best = i;
-            }
-        }
-        let sign = if col[best] < 0.0 { -1.0 } else { 1.0 };
-        for i in 0..d {
-            vectors[[i, new]] = sign * col[i];
-        }
-    }
-    Ok((values, vectors))
+    bertflow_numeric::sym_eigen_desc(a).map_err(|e| CalibError::Numerical(e.to_string()))
 }
 
 /// Number of eigenvalues (sorted decreasingly) above the relative tolerance.

@@ -2,8 +2,8 @@
 //! parameters in one flat vector (each tensor a named, shaped slice of it).
 
 use crate::error::{CalibError, Result};
-use crate::rng::Rng;
 use crate::spec::{Coupling, FlowConfig, Permutation};
+use bertflow_numeric::Xoshiro256StarStar as Rng;
 
 /// A named parameter tensor: `shape`, stored at `params[offset..offset + len]`
 /// in row-major order.

@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn f32_dispatch_matches_the_baseline_build_bit_for_bit() {
-        let mut rng = crate::rng::Rng::new(5);
+        let mut rng = bertflow_numeric::Xoshiro256StarStar::new(5);
         let (m, n, p) = (32, 40, 67);
         let x: Vec<f32> = (0..m * p).map(|_| rng.normal() as f32).collect();
         let y: Vec<f32> = (0..p * n).map(|_| rng.normal() as f32).collect();
@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn tiled_products_equal_naive_sums_bit_for_bit() {
-        let mut rng = crate::rng::Rng::new(4);
+        let mut rng = bertflow_numeric::Xoshiro256StarStar::new(4);
         for (m, n, p) in [
             (1, 1, 1),
             (4, 8, 3),

@@ -5,8 +5,8 @@ use ndarray::Array2;
 use super::arch::Arch;
 use super::net::{self, Params, Workspace};
 use super::Flow;
-use crate::rng::Rng;
 use crate::spec::{Coupling, FlowConfig, Permutation};
+use bertflow_numeric::Xoshiro256StarStar as Rng;
 
 /// Correlated, anisotropic, non-centred data with values of order 1..10.
 fn data(n: usize, d: usize, seed: u64) -> Array2<f32> {

@@ -8,9 +8,9 @@ use ndarray::ArrayView2;
 use super::arch::Arch;
 use super::net::{self, Params, Workspace};
 use crate::error::{CalibError, Result};
-use crate::rng::Rng;
 use crate::spec::FlowConfig;
 use crate::FitProgress;
+use bertflow_numeric::Xoshiro256StarStar as Rng;
 
 const BETA1: f64 = 0.9;
 const BETA2: f64 = 0.999;
