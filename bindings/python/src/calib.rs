@@ -29,7 +29,25 @@ pub struct PyFitted {
     meta: CalibratorMeta,
 }
 
-fn parse_spec(spec: &str) -> PyResult<CalibSpec> {
+impl PyFitted {
+    /// A fitted calibrator of external embeddings (`n` rows of `dim`
+    /// columns), as `fit` records it.
+    pub(crate) fn external(
+        fitted: Fitted,
+        spec: &CalibSpec,
+        dim: usize,
+        n: usize,
+        label: Option<&str>,
+    ) -> Self {
+        let mut meta = CalibratorMeta::new(external_identity(dim, label), EXTERNAL_POOLING, dim, n);
+        if let CalibSpec::Flow(cfg) = spec {
+            meta = meta.with_seed(cfg.seed);
+        }
+        PyFitted { fitted, meta }
+    }
+}
+
+pub(crate) fn parse_spec(spec: &str) -> PyResult<CalibSpec> {
     spec.parse().map_err(errors::calib)
 }
 
@@ -58,16 +76,7 @@ fn fit(
     let fitted = py
         .detach(|| bertflow_calib::fit(&spec, x, &mut FitOptions::new()))
         .map_err(errors::calib)?;
-    let mut meta = CalibratorMeta::new(
-        external_identity(d, label.as_deref()),
-        EXTERNAL_POOLING,
-        d,
-        n,
-    );
-    if let CalibSpec::Flow(cfg) = &spec {
-        meta = meta.with_seed(cfg.seed);
-    }
-    Ok(PyFitted { fitted, meta })
+    Ok(PyFitted::external(fitted, &spec, d, n, label.as_deref()))
 }
 
 /// Reads a calibrator file (written by `bertflow fit` or `save`).

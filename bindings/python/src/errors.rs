@@ -46,6 +46,7 @@ pub fn calib(e: CalibError) -> PyErr {
         | CalibError::DimMismatch { .. }
         | CalibError::Architecture { .. }
         | CalibError::Meta(_)
+        | CalibError::Moments(_)
         | CalibError::Incompatible(_) => PyValueError::new_err(msg),
     }
 }

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 mod calib;
 mod encoder;
 mod errors;
+mod moments;
 mod sts;
 
 /// The compiled core of bertflow; use the `bertflow` package instead.
@@ -20,6 +21,7 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     encoder::register(m)?;
     calib::register(m)?;
+    moments::register(m)?;
     sts::register(m)?;
     Ok(())
 }

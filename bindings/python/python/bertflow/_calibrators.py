@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover
     HAVE_SKLEARN = False
 
 
-def as_matrix(X, name="X"):
+def as_matrix(X, name="X", allow_empty=False):
     """X as a 2-D float32 array (float64 and non-contiguous input accepted).
 
     Raises TypeError for non-numeric input and ValueError for a wrong number of
@@ -82,7 +82,7 @@ def as_matrix(X, name="X"):
             f"got {a.ndim}-D with shape {a.shape}"
             + ("; use X.reshape(1, -1) for a single vector" if a.ndim == 1 else "")
         )
-    if a.shape[0] == 0 or a.shape[1] == 0:
+    if a.shape[1] == 0 or (a.shape[0] == 0 and not allow_empty):
         raise ValueError(f"{name} is empty: shape {a.shape}")
     return a
 

@@ -1,5 +1,7 @@
 """Streaming, mergeable moment statistics."""
 
+import numpy as np
+
 from . import _bertflow
 from ._calibrators import Calibrator, _from_fitted, _source_args, as_matrix, calibrator
 
@@ -41,12 +43,16 @@ class MomentStats:
         return self
 
     def update(self, X):
-        """Adds the rows of ``X`` (shape ``(n, dim)``; float64 and
-        non-contiguous accepted); returns ``self``.
+        """Adds the rows of ``X`` (shape ``(n, dim)``); returns ``self``.
 
-        Raises ValueError for a wrong number of columns or NaN/inf values
-        (the statistics are left unchanged)."""
-        self._inner.update(as_matrix(X))
+        float32 and float64 arrays are read as they are (float64 without a
+        cast to float32), anything else is converted to float32; non-contiguous
+        arrays are accepted; an empty chunk (0 rows) is a no-op. Raises ValueError for a wrong number of columns
+        or NaN/inf values (the statistics are then left unchanged)."""
+        if isinstance(X, np.ndarray) and X.dtype == np.float64 and X.ndim == 2:
+            self._inner.update_f64(X)
+        else:
+            self._inner.update(as_matrix(X, allow_empty=True))
         return self
 
     def merge(self, other):
@@ -100,9 +106,18 @@ class MomentStats:
         """Column means (float64 array of shape ``(dim,)``)."""
         return self._inner.mean()
 
-    def covariance(self, ddof=1):
-        """Covariance matrix (float64, ``(dim, dim)``), divided by ``count - ddof``."""
-        return self._inner.covariance(ddof)
+    def covariance(self):
+        """Sample covariance ``M2 / (count - 1)`` (float64, ``(dim, dim)``;
+        ``numpy.cov``'s); needs 2 rows."""
+        return self._inner.covariance()
+
+    def comoment(self):
+        """The co-moment matrix ``M2 = sum (x - mean)(x - mean)^T`` (float64)."""
+        return self._inner.comoment()
+
+    def copy(self):
+        """An independent copy."""
+        return MomentStats._wrap(self._inner.copy())
 
     def __reduce__(self):
         return (MomentStats.from_bytes, (self.to_bytes(),))
