@@ -36,6 +36,23 @@ pub struct CalibratorMeta {
     pub bertflow_version: String,
     /// File format version; `save` always writes [`FORMAT_VERSION`].
     pub format_version: u32,
+    /// Set when the calibrator was fitted on embeddings from outside bertflow (a
+    /// `.npy` or `.safetensors` of vectors, a NumPy array): then `model` is
+    /// `external:<label>@<fingerprint>` and `pooling` is [`EXTERNAL_POOLING`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalInput>,
+}
+
+/// The `pooling` recorded for calibrators fitted on external embeddings.
+pub const EXTERNAL_POOLING: &str = "external";
+
+/// Where external embeddings came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalInput {
+    /// A user's label for the source (e.g. "text-embedding-3-small"), if given.
+    pub label: Option<String>,
+    /// A SHA-256 prefix of the input's shape and bytes.
+    pub fingerprint: String,
 }
 
 impl CalibratorMeta {
@@ -54,7 +71,33 @@ impl CalibratorMeta {
             seed: None,
             bertflow_version: env!("CARGO_PKG_VERSION").to_string(),
             format_version: FORMAT_VERSION,
+            external: None,
         }
+    }
+
+    /// Metadata for a calibrator fitted on external embeddings (vectors from any
+    /// source): the model identity is `external:<label>@<fingerprint>`.
+    pub fn external(
+        label: Option<String>,
+        fingerprint: impl Into<String>,
+        input_dim: usize,
+        fit_corpus_size: usize,
+    ) -> Self {
+        let fingerprint = fingerprint.into();
+        let name = label.clone().unwrap_or_else(|| "embeddings".to_string());
+        let mut meta = Self::new(
+            format!("external:{name}@{fingerprint}"),
+            EXTERNAL_POOLING,
+            input_dim,
+            fit_corpus_size,
+        );
+        meta.external = Some(ExternalInput { label, fingerprint });
+        meta
+    }
+
+    /// Whether the calibrator was fitted on external embeddings.
+    pub fn is_external(&self) -> bool {
+        self.external.is_some()
     }
 
     /// Sets the seed.

@@ -58,7 +58,9 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{CalibError, Result};
 pub use flow::Flow;
-pub use io::{check_compatible, CalibratorMeta, FORMAT_VERSION, METADATA_KEY};
+pub use io::{
+    check_compatible, CalibratorMeta, ExternalInput, EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY,
+};
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{fit_from_moments, MomentStats, MOMENT_BLOCK};
 pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation};

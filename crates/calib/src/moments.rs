@@ -109,25 +109,15 @@ impl MomentStats {
 
     /// Sample covariance `M2 / (n - 1)` (numpy's `np.cov`). Needs 2 rows.
     pub fn covariance(&self) -> Result<Array2<f64>> {
-        self.need_rows("covariance", 2)?;
+        crate::stats::check_rows("covariance", self.count, 2)?;
         Ok(&self.m2 / (self.count - 1) as f64)
     }
 
     /// Population variance per dimension, `diag(M2) / n` (numpy's
     /// `np.var`). Needs 1 row.
     pub fn variance(&self) -> Result<Array1<f64>> {
-        self.need_rows("variance", 1)?;
+        crate::stats::check_rows("variance", self.count, 1)?;
         Ok(self.m2.diag().mapv(|v| v / self.count as f64))
-    }
-
-    fn need_rows(&self, what: &'static str, rows: u64) -> Result<()> {
-        if self.count < rows {
-            return Err(CalibError::BadData {
-                kind: what,
-                reason: format!("needs at least {rows} rows, got {}", self.count),
-            });
-        }
-        Ok(())
     }
 
     /// Adds the rows of `x`. Errors, leaving the statistics unchanged, on a
@@ -302,19 +292,7 @@ fn block_part<T: Copy + Into<f64> + Sync>(rows: ArrayView2<T>) -> Part {
 /// Checks that moment statistics can fit `kind`: at least one column and
 /// `min_rows` rows (the same messages as a fit on the data itself).
 pub(crate) fn check_moments(kind: &'static str, stats: &MomentStats, min_rows: u64) -> Result<()> {
-    if stats.dim() == 0 {
-        return Err(CalibError::BadData {
-            kind,
-            reason: "the input has no columns".into(),
-        });
-    }
-    if stats.count() < min_rows {
-        return Err(CalibError::BadData {
-            kind,
-            reason: format!("needs at least {min_rows} rows, got {}", stats.count()),
-        });
-    }
-    Ok(())
+    crate::stats::check_size(kind, stats.dim(), stats.count(), min_rows)
 }
 
 /// Fits `none`, `sn`, `whiten[:k]`, `natsv:k` or `sn+natsv:k` from moment

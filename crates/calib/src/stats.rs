@@ -21,6 +21,29 @@ pub(crate) fn check_finite(x: ArrayView2<f32>) -> Result<()> {
     Ok(())
 }
 
+/// Checks the size of fit data (the rows or their moment statistics): at
+/// least one column and at least `min_rows` rows.
+pub(crate) fn check_size(kind: &'static str, cols: usize, rows: u64, min_rows: u64) -> Result<()> {
+    if cols == 0 {
+        return Err(CalibError::BadData {
+            kind,
+            reason: "the input has no columns".into(),
+        });
+    }
+    check_rows(kind, rows, min_rows)
+}
+
+/// At least `min_rows` rows.
+pub(crate) fn check_rows(kind: &'static str, rows: u64, min_rows: u64) -> Result<()> {
+    if rows < min_rows {
+        return Err(CalibError::BadData {
+            kind,
+            reason: format!("needs at least {min_rows} rows, got {rows}"),
+        });
+    }
+    Ok(())
+}
+
 /// Common checks before fitting: at least `min_rows` rows, at least one
 /// column, all values finite.
 pub(crate) fn check_fit_input(
@@ -28,18 +51,7 @@ pub(crate) fn check_fit_input(
     x: ArrayView2<f32>,
     min_rows: usize,
 ) -> Result<()> {
-    if x.ncols() == 0 {
-        return Err(CalibError::BadData {
-            kind,
-            reason: "the input has no columns".into(),
-        });
-    }
-    if x.nrows() < min_rows {
-        return Err(CalibError::BadData {
-            kind,
-            reason: format!("needs at least {min_rows} rows, got {}", x.nrows()),
-        });
-    }
+    check_size(kind, x.ncols(), x.nrows() as u64, min_rows as u64)?;
     check_finite(x)
 }
 

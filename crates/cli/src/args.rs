@@ -1,11 +1,9 @@
 //! Options shared by several subcommands.
-use crate::embed::Embedder;
-use anyhow::{Context, Result};
-use bertflow_encoder::{EmbeddingCache, EncodeOptions, Encoder, Pooling};
+use anyhow::Result;
+use bertflow_core::{Embedder, EmbedderConfig, DEFAULT_MODEL};
+use bertflow_encoder::Pooling;
 use clap::Args;
 use std::path::PathBuf;
-
-pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -36,29 +34,22 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    pub fn load(&self) -> Result<Embedder> {
-        let encoder = Encoder::load(&self.model, self.max_len)
-            .with_context(|| format!("cannot load model '{}'", self.model))?;
-        let mut opts = EncodeOptions {
-            batch_size: self.batch_size.max(1),
-            ..Default::default()
-        };
-        if let Some(t) = self.threads {
-            anyhow::ensure!(t >= 1, "--threads must be at least 1");
-            opts.threads = t;
+    pub fn config(&self) -> EmbedderConfig {
+        EmbedderConfig {
+            model: self.model.clone(),
+            max_len: self.max_len,
+            batch_size: self.batch_size,
+            threads: self.threads,
+            cache_dir: self.cache_dir.clone(),
+            no_cache: self.no_cache,
         }
-        let cache = (!self.no_cache).then(|| {
-            EmbeddingCache::new(
-                self.cache_dir
-                    .clone()
-                    .unwrap_or_else(EmbeddingCache::default_dir),
-            )
-        });
-        Ok(Embedder {
-            encoder,
-            opts,
-            cache,
-        })
+    }
+
+    pub fn load(&self) -> Result<Embedder> {
+        if self.threads == Some(0) {
+            anyhow::bail!("--threads must be at least 1");
+        }
+        Ok(self.config().load(crate::progress::handle())?)
     }
 }
 

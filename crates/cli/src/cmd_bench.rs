@@ -11,10 +11,11 @@
 //!   flow fit (L=3, K=3, W=32, Adam 1e-3, batch 32, 1 epoch) timed `--repeat` times;
 //!   `--save-npy` writes the embedding matrix so the PyTorch flow trains on the
 //!   same data.
-use crate::args::{parse_pooling, DataArgs, ModelArgs, DEFAULT_MODEL};
+use crate::args::{parse_pooling, DataArgs, ModelArgs};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_calib::{CalibSpec, FitOptions, Fitted};
+use bertflow_core::DEFAULT_MODEL;
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling};
 use bertflow_eval::{
     dedup_preserving_order, fit_sentences, load_task, unique_sentences, FitCorpus, Task,
@@ -296,7 +297,7 @@ fn run_flow(a: FlowBenchArgs) -> Result<()> {
         );
     }
     if let Some(p) = &a.save_npy {
-        std::fs::write(p, crate::io::npy_bytes(&x))
+        std::fs::write(p, bertflow_core::io::npy_bytes(&x))
             .with_context(|| format!("cannot write {}", p.display()))?;
         if !a.json {
             println!("wrote {}", p.display());

@@ -1,10 +1,9 @@
 //! `bertflow compare`: the paper-style table, poolings x calibrators on the
 //! seven STS tasks, each calibrator fitted per task.
 use crate::args::{parse_pooling, ModelArgs};
-use crate::cmd_eval::{rows_json, TaskArgs};
-use crate::grid::{Calib, Grid};
+use crate::cmd_eval::TaskArgs;
 use anyhow::Result;
-use bertflow_calib::CalibSpec;
+use bertflow_core::grid::{parse_calibs, rows_json, Grid};
 use bertflow_encoder::Pooling;
 use bertflow_eval::render_table;
 use clap::Args;
@@ -28,34 +27,10 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
-/// Split "none,whiten:k=5,flow:seed=1,epochs=2" into specs (with the text each was
-/// written as): a piece with '=' but no ':' continues the previous spec's options.
-pub fn parse_kinds(s: &str) -> Result<Vec<(CalibSpec, String)>> {
-    let mut parts: Vec<String> = Vec::new();
-    for piece in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match parts.last_mut() {
-            Some(last) if piece.contains('=') && !piece.contains(':') => {
-                last.push(',');
-                last.push_str(piece);
-            }
-            _ => parts.push(piece.to_string()),
-        }
-    }
-    anyhow::ensure!(!parts.is_empty(), "--kinds is empty");
-    parts
-        .into_iter()
-        .map(|p| Ok((p.parse::<CalibSpec>()?, p)))
-        .collect()
-}
-
 pub fn run(a: CompareArgs) -> Result<()> {
-    let specs = parse_kinds(&a.kinds)?;
+    let calibs = parse_calibs(&a.kinds)?;
     let targets = a.tasks.targets()?;
     let embedder = a.model.load()?;
-    let calibs: Vec<Calib> = specs
-        .into_iter()
-        .map(|(s, label)| Calib::Spec(s, label))
-        .collect();
     let grid = Grid {
         embedder: &embedder,
         data_dir: a.tasks.data.dir(),

@@ -1,8 +1,8 @@
 //! `bertflow encode`: sentences in, embeddings out.
 use crate::args::{parse_pooling, ModelArgs};
-use crate::io::{read_sentences, write_embeddings, EmptyLines};
 use crate::progress;
 use anyhow::Result;
+use bertflow_core::io::{read_sentences, write_embeddings, EmptyLines};
 use bertflow_encoder::Pooling;
 use clap::Args;
 use std::collections::HashMap;
@@ -42,11 +42,11 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     let calibrator = a
         .calibrator
         .as_deref()
-        .map(|p| crate::calib::LoadedCalibrator::open(p, a.allow_mismatch))
+        .map(|p| bertflow_core::LoadedCalibrator::open(p, a.allow_mismatch))
         .transpose()?;
     let emb = a.model.load()?;
     if let Some(c) = &calibrator {
-        c.check(&emb.encoder, &a.pooling)?;
+        c.check(&emb.encoder, &a.pooling, &*emb.progress)?;
     }
     let m = emb.embed(&input.texts, &a.pooling)?;
     let m = match &calibrator {

@@ -1,13 +1,13 @@
 //! `bertflow eval`: Spearman/Pearson x100 on the STS benchmarks.
 use crate::args::{parse_pooling, DataArgs, ModelArgs};
-use crate::calib::LoadedCalibrator;
-use crate::grid::{load_targets, Calib, FitOn, Grid, Row, Target};
 use anyhow::{bail, Result};
 use bertflow_calib::CalibSpec;
+use bertflow_core::grid::{load_targets, rows_json, Calib, FitOn, Grid, Target};
+use bertflow_core::LoadedCalibrator;
 use bertflow_encoder::Pooling;
-use bertflow_eval::{average, render_table, Aggregate, Task};
+use bertflow_eval::{render_table, Aggregate, Task};
 use clap::Args;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -47,7 +47,7 @@ impl TaskArgs {
         } else {
             self.tasks.clone()
         };
-        load_targets(&self.data.dir(), &tasks, &self.pairs)
+        Ok(load_targets(&self.data.dir(), &tasks, &self.pairs)?)
     }
 }
 
@@ -141,37 +141,4 @@ pub fn run(a: EvalArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// JSON objects for rows: {"pooling", "calibrator", "tasks": {...}, "average": {...}}.
-pub fn rows_json(targets: &[Target], rows: &[Row], per_subset: bool) -> Vec<Value> {
-    rows.iter()
-        .map(|row| {
-            let mut tasks = Map::new();
-            for (t, r) in targets.iter().zip(&row.results) {
-                let mut o = json!({"spearman": round2(r.spearman), "pearson": round2(r.pearson), "pairs": r.pairs});
-                if per_subset && r.subsets.len() > 1 {
-                    o["subsets"] = r
-                        .subsets
-                        .iter()
-                        .map(|s| (s.name.clone(), json!({"spearman": round2(s.spearman), "pearson": round2(s.pearson), "pairs": s.pairs})))
-                        .collect::<Map<_, _>>()
-                        .into();
-                }
-                tasks.insert(t.name.clone(), o);
-            }
-            let avg = average(&row.results);
-            let calibrator = if row.calibrator == "none" { Value::Null } else { json!(row.calibrator) };
-            json!({
-                "pooling": row.pooling.to_string(),
-                "calibrator": calibrator,
-                "tasks": tasks,
-                "average": avg.map(|a| json!({"spearman": round2(a.spearman), "pearson": round2(a.pearson)})),
-            })
-        })
-        .collect()
-}
-
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
 }

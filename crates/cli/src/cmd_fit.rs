@@ -1,9 +1,10 @@
 //! `bertflow fit`: fit one calibrator and save it as a file.
 use crate::args::{parse_pooling, DataArgs, ModelArgs};
-use crate::calib::model_identity;
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta};
+use bertflow_core::io::{read_sentences, EmptyLines};
+use bertflow_core::model_identity;
 use bertflow_encoder::Pooling;
 use bertflow_eval::{dedup_preserving_order, fit_sentences, FitCorpus, Task};
 use clap::Args;
@@ -73,12 +74,13 @@ pub struct FitArgs {
 pub fn run(a: FitArgs) -> Result<()> {
     let sentences = match &a.on {
         Corpus::Task(c, t) => fit_sentences(&a.data.dir(), *t, *c)?,
-        Corpus::File(p) => crate::io::read_sentences(p, false, crate::io::EmptyLines::Skip)?.texts,
+        Corpus::File(p) => read_sentences(p, false, EmptyLines::Skip)?.texts,
     };
     let sentences = dedup_preserving_order(sentences);
     let emb = a.model.load()?;
     let x = emb.embed(&sentences, &a.pooling)?;
-    let fitted = crate::calib::fit(&a.kind, x.view(), &a.kind.to_string())?;
+    let fitted =
+        bertflow_core::calibration::fit(&a.kind, x.view(), &a.kind.to_string(), &*emb.progress)?;
     let mut meta = CalibratorMeta::new(
         model_identity(&emb.encoder),
         a.pooling.to_string(),

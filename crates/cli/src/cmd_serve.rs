@@ -4,11 +4,11 @@
 //! lives in `bertflow-server`; this module plugs the BERT encoder, the pooling
 //! and an optional calibrator into it as an [`EmbedBackend`].
 use crate::args::{parse_pooling, ModelArgs};
-use crate::calib::LoadedCalibrator;
-use crate::io::{read_sentences, EmptyLines};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_calib::Calibrator;
+use bertflow_core::io::{read_sentences, EmptyLines};
+use bertflow_core::LoadedCalibrator;
 use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
 use bertflow_server::{BackendError, BackendInfo, EmbedBackend, Embedded, ServerConfig};
 use clap::Args;
@@ -235,7 +235,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let encoder = Encoder::load(&a.model.model, a.model.max_len)
         .with_context(|| format!("cannot load model '{}'", a.model.model))?;
     if let Some(c) = &calibrator {
-        c.check(&encoder, &a.pooling)?;
+        c.check(&encoder, &a.pooling, &*progress::handle())?;
     }
     let backend = ModelBackend::new(encoder, &a.pooling, calibrator, a.model.batch_size)?;
     let info = backend.info();

@@ -1,6 +1,5 @@
 //! `bertflow`: calibrated sentence embeddings from BERT-family models.
 mod args;
-mod calib;
 mod cmd_analyze;
 mod cmd_bench;
 mod cmd_compare;
@@ -9,9 +8,6 @@ mod cmd_eval;
 mod cmd_fit;
 mod cmd_report;
 mod cmd_serve;
-mod embed;
-mod grid;
-mod io;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -50,7 +46,8 @@ enum Command {
     Encode(cmd_encode::EncodeArgs),
     /// Evaluate one pooling (optionally calibrated) on the STS benchmarks.
     Eval(cmd_eval::EvalArgs),
-    /// Fit a calibrator (flow, whiten, sn, natsv, ...) and save it to a file.
+    /// Fit a calibrator (flow, whiten, sn, natsv, ...) on sentences or on embeddings
+    /// from anywhere (.npy, .safetensors) and save it to a file.
     Fit(cmd_fit::FitArgs),
     /// Compare poolings x calibrators on the STS benchmarks (the paper-style table).
     Compare(cmd_compare::CompareArgs),

@@ -1,7 +1,10 @@
-//! Progress bars on stderr, hidden when stderr is not a terminal or with --quiet.
+//! Progress bars on stderr, hidden when stderr is not a terminal or with --quiet:
+//! the CLI's implementation of bertflow-core's `Progress`.
+use bertflow_core::{Bar, Progress, SharedProgress};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 static QUIET: AtomicBool = AtomicBool::new(false);
 
@@ -35,4 +38,41 @@ pub fn note(msg: impl AsRef<str>) {
     if !QUIET.load(Ordering::Relaxed) {
         eprintln!("{}", msg.as_ref());
     }
+}
+
+struct Indicatif(ProgressBar);
+
+impl Bar for Indicatif {
+    fn set_length(&self, len: u64) {
+        self.0.set_length(len);
+    }
+    fn set_position(&self, pos: u64) {
+        self.0.set_position(pos);
+    }
+    fn inc(&self, delta: u64) {
+        self.0.inc(delta);
+    }
+    fn set_message(&self, msg: String) {
+        self.0.set_message(msg);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Terminal progress for the workflows of bertflow-core.
+struct Terminal;
+
+impl Progress for Terminal {
+    fn bar(&self, len: u64, label: &str, unit: &str) -> Box<dyn Bar> {
+        Box::new(Indicatif(bar(len, label, unit)))
+    }
+    fn note(&self, msg: &str) {
+        note(msg);
+    }
+}
+
+/// The handle passed to bertflow-core.
+pub fn handle() -> SharedProgress {
+    Arc::new(Terminal)
 }

@@ -131,6 +131,15 @@ impl Encoder {
         Ok(src)
     }
 
+    /// The static word-piece embedding matrix (vocab x hidden), a copy.
+    pub fn word_embedding_matrix(&self) -> Result<Array2<f32>> {
+        let words = self.model.word_embeddings();
+        let (vocab, hidden) = words.dims2()?;
+        let flat: Vec<f32> = words.flatten_all()?.to_vec1::<f32>()?;
+        Array2::from_shape_vec((vocab, hidden), flat)
+            .map_err(|e| EncoderError::Unsupported(format!("word embeddings: {e}")))
+    }
+
     /// Token ids with special tokens, truncated at `max_len`; the flag says whether
     /// the sentence was cut.
     pub fn tokenize(&self, text: &str) -> Result<(Vec<u32>, bool)> {

@@ -40,7 +40,8 @@ impl TextTokenizer {
                         msg: e.to_string(),
                     })?;
                 let mut t = Tokenizer::new(wp);
-                t.with_normalizer(Some(BertNormalizer::new(true, true, None, *lowercase)));
+                t.with_normalizer(Some(BertNormalizer::new(true, true, None, *lowercase)))
+                    .map_err(tok_err)?;
                 t.with_pre_tokenizer(Some(BertPreTokenizer));
                 let id = |s: &str| {
                     t.token_to_id(s)

@@ -1,7 +1,7 @@
 //! Glue between the encoder and the calibrators: fitting with a progress bar,
 //! loading a calibrator file and checking it against the model and pooling.
-use crate::progress;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
+use crate::progress::Progress;
 use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted};
 use bertflow_encoder::{Encoder, Pooling};
 use ndarray::{Array2, ArrayView2};
@@ -20,10 +20,15 @@ pub fn model_identity(enc: &Encoder) -> String {
 }
 
 /// Fit `spec` on `x`, showing a progress bar with the running loss for flows.
-pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, label: &str) -> Result<Fitted> {
-    let pb = progress::bar(0, label, "steps");
+pub fn fit(
+    spec: &CalibSpec,
+    x: ArrayView2<f32>,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<Fitted> {
+    let pb = progress.bar(0, label, "steps");
     let mut opts = FitOptions::new().with_progress(|p| {
-        if pb.length() != Some(p.total_steps as u64) {
+        if p.step == 1 {
             pb.set_length(p.total_steps as u64);
         }
         pb.set_position(p.step as u64);
@@ -32,7 +37,7 @@ pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, label: &str) -> Result<Fitted> 
     let fitted = bertflow_calib::fit(spec, x, &mut opts)
         .with_context(|| format!("fitting {spec} ({label})"))?;
     drop(opts);
-    pb.finish_and_clear();
+    pb.finish();
     Ok(fitted)
 }
 
@@ -58,7 +63,7 @@ impl LoadedCalibrator {
 
     /// Error unless the file was fitted on this model, pooling and dimension
     /// (model and pooling may be overridden by --allow-mismatch; dimension never).
-    pub fn check(&self, enc: &Encoder, pooling: &Pooling) -> Result<()> {
+    pub fn check(&self, enc: &Encoder, pooling: &Pooling, progress: &dyn Progress) -> Result<()> {
         let identity = model_identity(enc);
         // Equal fingerprints are the same model, wherever it lives.
         let model = if self.meta.model.rsplit('@').next() == Some(enc.fingerprint()) {
@@ -80,7 +85,7 @@ impl LoadedCalibrator {
             )
         })?;
         for w in warnings {
-            progress::note(format!("warning: {w}"));
+            progress.note(&format!("warning: {w}"));
         }
         Ok(())
     }

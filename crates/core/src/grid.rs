@@ -3,16 +3,18 @@
 //! (through the cache); calibrators are fitted per task on that task's own
 //! sentences (`--on target`, as the papers do), on a train split, or once on a
 //! user's sentence file.
-use crate::calib::{self, LoadedCalibrator};
-use crate::embed::Embedder;
-use anyhow::{bail, Context, Result};
+use crate::bail;
+use crate::calibration::{self as calib, LoadedCalibrator};
+use crate::embedder::Embedder;
+use crate::error::{Context, Result};
 use bertflow_calib::{CalibSpec, Calibrator, Fitted};
 use bertflow_encoder::Pooling;
 use bertflow_eval::{
-    dedup_preserving_order, evaluate, fit_sentences, load_pairs_file, load_task, unique_sentences,
-    Aggregate, EvalSet, FitCorpus, Task, TaskResult,
+    average, dedup_preserving_order, evaluate, fit_sentences, load_pairs_file, load_task,
+    unique_sentences, Aggregate, EvalSet, FitCorpus, Task, TaskResult,
 };
 use ndarray::Array2;
+use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -256,7 +258,12 @@ impl Grid<'_> {
                 let fitted = match (&self.fit_on, shared.as_ref()) {
                     (FitOn::File(_), Some(f)) => f.clone(),
                     (FitOn::File(_), None) => {
-                        let f = calib::fit(spec, enc.fit[0][p].view(), &format!("{pooling}"))?;
+                        let f = calib::fit(
+                            spec,
+                            enc.fit[0][p].view(),
+                            &format!("{pooling}"),
+                            &*self.embedder.progress,
+                        )?;
                         *shared = Some(f.clone());
                         f
                     }
@@ -264,14 +271,62 @@ impl Grid<'_> {
                         spec,
                         enc.fit[t][p].view(),
                         &format!("{} {pooling}", self.targets[t].name),
+                        &*self.embedder.progress,
                     )?,
                 };
                 Some(fitted.transform(x.view())?)
             }
             Calib::File(f) => {
-                f.check(&self.embedder.encoder, pooling)?;
+                f.check(&self.embedder.encoder, pooling, &*self.embedder.progress)?;
                 Some(f.apply(x.view())?)
             }
         })
     }
+}
+
+/// Calibrator rows from a list such as "none,whiten:k=5,flow:seed=1,epochs=2" (see
+/// [`crate::split_spec_list`]); each label is the spec as written.
+pub fn parse_calibs(s: &str) -> Result<Vec<Calib>> {
+    let parts: Vec<String> = crate::split_spec_list(s)
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect();
+    crate::ensure!(!parts.is_empty(), "--kinds is empty");
+    parts
+        .into_iter()
+        .map(|p| Ok(Calib::Spec(p.parse::<CalibSpec>()?, p)))
+        .collect()
+}
+
+/// JSON objects for rows: {"pooling", "calibrator", "tasks": {...}, "average": {...}}.
+pub fn rows_json(targets: &[Target], rows: &[Row], per_subset: bool) -> Vec<Value> {
+    rows.iter()
+        .map(|row| {
+            let mut tasks = Map::new();
+            for (t, r) in targets.iter().zip(&row.results) {
+                let mut o = json!({"spearman": round2(r.spearman), "pearson": round2(r.pearson), "pairs": r.pairs});
+                if per_subset && r.subsets.len() > 1 {
+                    o["subsets"] = r
+                        .subsets
+                        .iter()
+                        .map(|s| (s.name.clone(), json!({"spearman": round2(s.spearman), "pearson": round2(s.pearson), "pairs": s.pairs})))
+                        .collect::<Map<_, _>>()
+                        .into();
+                }
+                tasks.insert(t.name.clone(), o);
+            }
+            let avg = average(&row.results);
+            let calibrator = if row.calibrator == "none" { Value::Null } else { json!(row.calibrator) };
+            json!({
+                "pooling": row.pooling.to_string(),
+                "calibrator": calibrator,
+                "tasks": tasks,
+                "average": avg.map(|a| json!({"spearman": round2(a.spearman), "pearson": round2(a.pearson)})),
+            })
+        })
+        .collect()
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }

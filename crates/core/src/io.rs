@@ -1,12 +1,14 @@
 //! Reading sentences and writing embeddings (.npy, .jsonl, .safetensors).
-use anyhow::{bail, Context, Result};
+use crate::bail;
+use crate::error::{Context, CoreError, Result};
 use ndarray::Array2;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
 /// What to do with empty (or whitespace-only) input lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum EmptyLines {
     /// Stop with an error naming the first empty line (default: an empty line is
     /// usually a mistake, and a vector for it would be meaningless).
@@ -31,10 +33,10 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     let bytes = if name == "-" {
         let mut b = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
-            .context("cannot read standard input")?;
+            .map_err(CoreError::io("read", Path::new("standard input")))?;
         b
     } else {
-        std::fs::read(path).with_context(|| format!("cannot read input file {name}"))?
+        std::fs::read(path).map_err(CoreError::io("read input file", path))?
     };
     let jsonl = jsonl
         || matches!(
@@ -50,10 +52,10 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     for (i, line) in raw.iter().enumerate() {
         let lineno = i + 1;
         let line = std::str::from_utf8(line).map_err(|e| {
-            anyhow::anyhow!(
+            CoreError::Input(format!(
                 "{name}:{lineno}: invalid UTF-8 (byte {} of the line)",
                 e.valid_up_to() + 1
-            )
+            ))
         })?;
         let line = line.strip_suffix('\r').unwrap_or(line);
         let line = if lineno == 1 {
@@ -132,28 +134,15 @@ pub fn write_embeddings(
             path.display()
         ),
     };
-    let mut f =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(&bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut f = std::fs::File::create(path).map_err(CoreError::io("create", path))?;
+    f.write_all(&bytes).map_err(CoreError::io("write", path))?;
     Ok(())
 }
 
 /// A NumPy .npy (format 1.0) of little-endian float32, C order.
 pub fn npy_bytes(m: &Array2<f32>) -> Vec<u8> {
-    let mut header = format!(
-        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}",
-        m.nrows(),
-        m.ncols()
-    );
-    // magic(6) + version(2) + len(2) + header + '\n' must be a multiple of 64.
-    let total = 10 + header.len() + 1;
-    header.push_str(&" ".repeat((64 - total % 64) % 64));
-    header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + m.len() * 4);
-    out.extend_from_slice(b"\x93NUMPY\x01\x00");
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
+    let mut out = crate::matrix_file::npy_header_bytes(m.nrows(), m.ncols());
+    out.reserve(m.len() * 4);
     for v in m.iter() {
         out.extend_from_slice(&v.to_le_bytes());
     }

@@ -1,20 +1,96 @@
 //! Turning sentence sets into embedding matrices through the cache: each
 //! (sentence set, pooling) pair is one cache entry; whatever is missing is
 //! encoded in a single pass over the model for all poolings at once.
-use crate::progress;
-use anyhow::Result;
+use crate::ensure;
+use crate::error::{Context, Result};
+use crate::progress::{silent, SharedProgress};
 use bertflow_encoder::{CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling};
 use ndarray::Array2;
 use std::collections::HashMap;
+use std::path::PathBuf;
 
-/// The encoder plus how to run it and where to cache.
+/// The default model directory (relative to the working directory).
+pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
+
+/// How to load and run the encoder: what every front end asks for.
+#[derive(Debug, Clone)]
+pub struct EmbedderConfig {
+    /// A model directory in Hugging Face layout, a sentence-transformers
+    /// directory, or a hub id in the local Hugging Face cache.
+    pub model: String,
+    /// Truncate at this many tokens (default: the model's position limit).
+    pub max_len: Option<usize>,
+    /// Sentences per forward pass.
+    pub batch_size: usize,
+    /// Worker threads (default: every core).
+    pub threads: Option<usize>,
+    /// Embedding cache folder (default: [`EmbeddingCache::default_dir`]).
+    pub cache_dir: Option<PathBuf>,
+    /// Neither read nor write the cache.
+    pub no_cache: bool,
+}
+
+impl Default for EmbedderConfig {
+    fn default() -> Self {
+        Self {
+            model: DEFAULT_MODEL.to_string(),
+            max_len: None,
+            batch_size: 32,
+            threads: None,
+            cache_dir: None,
+            no_cache: false,
+        }
+    }
+}
+
+impl EmbedderConfig {
+    /// Loads the model.
+    pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
+        let encoder = Encoder::load(&self.model, self.max_len)
+            .with_context(|| format!("cannot load model '{}'", self.model))?;
+        let mut opts = EncodeOptions {
+            batch_size: self.batch_size.max(1),
+            ..Default::default()
+        };
+        if let Some(t) = self.threads {
+            ensure!(t >= 1, "threads must be at least 1");
+            opts.threads = t;
+        }
+        let cache = (!self.no_cache).then(|| {
+            EmbeddingCache::new(
+                self.cache_dir
+                    .clone()
+                    .unwrap_or_else(EmbeddingCache::default_dir),
+            )
+        });
+        Ok(Embedder {
+            encoder,
+            opts,
+            cache,
+            progress,
+        })
+    }
+}
+
+/// The encoder plus how to run it, where to cache, and where to report progress.
 pub struct Embedder {
     pub encoder: Encoder,
     pub opts: EncodeOptions,
     pub cache: Option<EmbeddingCache>,
+    pub progress: SharedProgress,
 }
 
 impl Embedder {
+    /// An embedder without cache that reports nothing.
+    pub fn new(encoder: Encoder, opts: EncodeOptions) -> Self {
+        Self {
+            encoder,
+            opts,
+            cache: None,
+            progress: silent(),
+        }
+    }
+
     /// Embeddings of each set for each pooling: result[set][pooling].
     pub fn embed_sets(
         &self,
@@ -69,11 +145,13 @@ impl Embedder {
                 }
             }
             let srcs: Vec<PoolSource> = missing_pool.iter().map(|&p| sources[p].clone()).collect();
-            let pb = progress::bar(texts.len() as u64, "encoding", "sentences");
+            let pb = self
+                .progress
+                .bar(texts.len() as u64, "encoding", "sentences");
             let out = enc.encode(&texts, &srcs, &self.opts, &|done| {
                 pb.set_position(done as u64)
             })?;
-            pb.finish_and_clear();
+            pb.finish();
             for &s in &missing_sets {
                 let rows: Vec<usize> = sets[s].iter().map(|t| index[t.as_str()]).collect();
                 let set_trunc = rows.iter().filter(|&&r| out.truncated[r]).count();
@@ -88,7 +166,7 @@ impl Embedder {
                             truncated: set_trunc,
                         };
                         if let Err(e) = cache.put(&key(sets[s], &sources[p]), &entry) {
-                            progress::note(format!(
+                            self.progress.note(&format!(
                                 "warning: cannot write the embedding cache in {}: {e}",
                                 cache.dir().display()
                             ));
@@ -103,14 +181,14 @@ impl Embedder {
             total += texts.len();
         }
         if let (Some(cache), true) = (&self.cache, hits > 0) {
-            progress::note(format!(
+            self.progress.note(&format!(
                 "note: reused {hits} of {} embedding matrices from the cache in {}",
                 sets.len() * sources.len(),
                 cache.dir().display()
             ));
         }
         if truncated > 0 {
-            progress::note(format!(
+            self.progress.note(&format!(
                 "note: {truncated} of {total} sentences were longer than {} tokens and were truncated",
                 enc.max_len()
             ));

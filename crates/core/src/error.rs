@@ -1,0 +1,119 @@
+//! One error type for every workflow. Front ends map it: the CLI prints the
+//! chain (`error: context: cause`), the Python bindings raise an exception.
+use std::path::{Path, PathBuf};
+
+/// What went wrong in a workflow.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// Bad input from the user (arguments, files, data), with a message that says
+    /// what to change.
+    #[error("{0}")]
+    Input(String),
+    /// A file could not be read or written.
+    #[error("cannot {action} {}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Encoder(#[from] bertflow_encoder::EncoderError),
+    #[error(transparent)]
+    Calib(#[from] bertflow_calib::CalibError),
+    #[error(transparent)]
+    Eval(#[from] bertflow_eval::EvalError),
+    #[error(transparent)]
+    Data(#[from] bertflow_eval::DataError),
+    #[error(transparent)]
+    Analysis(#[from] bertflow_analysis::AnalysisError),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Safetensors(#[from] safetensors::SafeTensorError),
+    /// What was being done when `source` happened.
+    #[error("{context}")]
+    Context {
+        context: String,
+        #[source]
+        source: Box<CoreError>,
+    },
+}
+
+/// `Result` with [`CoreError`].
+pub type Result<T, E = CoreError> = std::result::Result<T, E>;
+
+impl CoreError {
+    /// An I/O error on `path`; `action` reads "cannot {action} {path}".
+    pub fn io<'a>(
+        action: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(std::io::Error) -> CoreError + 'a {
+        move |source| CoreError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The innermost error (skipping context layers).
+    pub fn root(&self) -> &CoreError {
+        match self {
+            CoreError::Context { source, .. } => source.root(),
+            e => e,
+        }
+    }
+
+    /// The whole chain in one line: "context: cause: ...".
+    pub fn chain(&self) -> String {
+        let mut s = self.to_string();
+        let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(self);
+        while let Some(e) = cur {
+            s.push_str(": ");
+            s.push_str(&e.to_string());
+            cur = e.source();
+        }
+        s
+    }
+}
+
+/// Adds what was being done to an error, like anyhow's `Context`.
+pub trait Context<T> {
+    /// Wraps the error with a fixed message.
+    fn context(self, msg: impl Into<String>) -> Result<T>;
+    /// Wraps the error with a lazily built message.
+    fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T>;
+}
+
+impl<T, E: Into<CoreError>> Context<T> for std::result::Result<T, E> {
+    fn context(self, msg: impl Into<String>) -> Result<T> {
+        self.map_err(|e| CoreError::Context {
+            context: msg.into(),
+            source: Box::new(e.into()),
+        })
+    }
+    fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T> {
+        self.map_err(|e| CoreError::Context {
+            context: f().into(),
+            source: Box::new(e.into()),
+        })
+    }
+}
+
+/// Returns early with a [`CoreError::Input`] built by `format!`.
+#[macro_export]
+macro_rules! bail {
+    ($($t:tt)*) => {
+        return Err($crate::CoreError::Input(format!($($t)*)))
+    };
+}
+
+/// Like `assert!`, but returns a [`CoreError::Input`].
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($t:tt)*) => {
+        if !$cond {
+            $crate::bail!($($t)*);
+        }
+    };
+}

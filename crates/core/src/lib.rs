@@ -1,0 +1,53 @@
+//! # bertflow-core
+//!
+//! bertflow's workflows as a library. Every front end (the `bertflow` binary,
+//! the Python package, the server, the Spark job) is argument handling and
+//! printing over these functions:
+//!
+//! - [`embedder`]: load a model ([`EmbedderConfig`]) and embed sentence sets
+//!   through the on-disk cache ([`Embedder`]);
+//! - [`calibration`]: fit a calibrator with progress, load and check a file,
+//!   the identities stored in calibrator files (a model, or external embeddings);
+//! - [`grid`]: evaluation sets x poolings x calibrators on the STS tasks (`eval`,
+//!   `compare`, the report's table);
+//! - [`analyze`] and [`report`]: the analyses of the embedding space and the HTML report;
+//! - [`io`]: sentences in, embeddings out (`.npy`, `.jsonl`, `.safetensors`);
+//! - [`progress`]: how workflows report progress without printing.
+//!
+//! Errors are one enum, [`CoreError`]; nothing here prints or exits.
+
+pub mod analyze;
+pub mod calibration;
+pub mod embedder;
+pub mod error;
+// pub mod fitting; (enabled once MomentStats lands)
+pub mod grid;
+pub mod io;
+pub mod matrix_file;
+pub mod progress;
+pub mod report;
+
+pub use calibration::{model_identity, LoadedCalibrator};
+pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};
+pub use error::{Context, CoreError, Result};
+pub use progress::{Bar, Progress, SharedProgress, Silent};
+
+/// Splits a comma-separated list of calibrator specs, where the options of a spec
+/// may follow it with commas too: `none,flow:levels=2,steps=2,whiten` is none, the
+/// flow with both options, and whiten (an item `key=value` without `:` continues
+/// the previous spec). Empty items are kept (as empty strings) for the caller to
+/// reject.
+pub fn split_spec_list(s: &str) -> Vec<String> {
+    let mut items: Vec<String> = Vec::new();
+    for piece in s.split(',') {
+        let p = piece.trim();
+        match items.last_mut() {
+            Some(last) if p.contains('=') && !p.contains(':') => {
+                last.push(',');
+                last.push_str(p);
+            }
+            _ => items.push(p.to_string()),
+        }
+    }
+    items
+}
