@@ -1,12 +1,13 @@
-//! `Encoder`: a loaded BERT model, one pooling, and the embedding cache.
+//! `Encoder`: bertflow-core's `Embedder` (a loaded BERT model with the
+//! embedding cache) and one pooling.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use bertflow_encoder::{
-    CachedEntry, EmbeddingCache, EncodeOptions, Encoder, EncoderError, PoolSource, Pooling,
-    POOLINGS,
-};
-use ndarray::Array2;
+use bertflow_core::progress::silent;
+use bertflow_core::{model_identity, Bar, Embedder, EmbedderConfig, Progress, SharedProgress};
+use bertflow_encoder::{EmbeddingCache, Pooling, POOLINGS};
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -17,11 +18,18 @@ use crate::errors;
 /// A BERT model with one pooling (see `bertflow.Encoder`).
 #[pyclass(module = "bertflow._bertflow", name = "Encoder", frozen)]
 pub struct PyEncoder {
-    encoder: Encoder,
+    /// Locked for the duration of one `encode` (which uses every worker
+    /// thread anyway), to set its batch size and progress callback.
+    embedder: Mutex<Embedder>,
     pooling: Pooling,
-    source: PoolSource,
+    dim: usize,
+    model_id: String,
+    fingerprint: String,
+    identity: String,
+    max_len: usize,
+    num_layers: usize,
     threads: usize,
-    cache: Option<EmbeddingCache>,
+    cache_dir: Option<PathBuf>,
 }
 
 /// A list of str from any iterable of str (not a single str or bytes).
@@ -64,44 +72,44 @@ pub fn extract_texts(texts: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<Strin
     Ok(out)
 }
 
-impl PyEncoder {
-    /// Embeddings of `texts`, through the cache (the CLI's key, so the two
-    /// share entries).
-    // TODO: delegate to bertflow-core's Embedder once crates/core is on main.
-    fn embed(
-        &self,
-        texts: &[String],
-        batch_size: usize,
-        progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Array2<f32>, EncoderError> {
-        let enc = &self.encoder;
-        let key = EmbeddingCache::key(enc.fingerprint(), &self.source.key(), enc.max_len(), texts);
-        if let Some(cache) = &self.cache {
-            if let Some(e) = cache.get(&key, texts.len()) {
-                if e.embeddings.ncols() == enc.dim() {
-                    progress(texts.len());
-                    return Ok(e.embeddings);
-                }
-            }
-        }
-        let opts = EncodeOptions {
-            batch_size,
-            threads: self.threads,
-        };
-        let mut out = enc.encode(texts, std::slice::from_ref(&self.source), &opts, progress)?;
-        let truncated = out.num_truncated();
-        let m = out.embeddings.remove(0);
-        if let Some(cache) = &self.cache {
-            let entry = CachedEntry {
-                embeddings: m,
-                truncated,
-            };
-            // A cache that cannot be written only costs time later.
-            let _ = cache.put(&key, &entry);
-            return Ok(entry.embeddings);
-        }
-        Ok(m)
+/// Progress of one `encode` call, forwarded to a Python callable
+/// `progress(done, total)` (under the GIL, from the worker threads).
+struct CallbackProgress(Option<Py<PyAny>>);
+
+struct CallbackBar {
+    cb: Option<Py<PyAny>>,
+    len: AtomicU64,
+}
+
+impl Progress for CallbackProgress {
+    fn bar(&self, len: u64, _label: &str, _unit: &str) -> Box<dyn Bar> {
+        let cb = self
+            .0
+            .as_ref()
+            .map(|c| Python::attach(|py| c.clone_ref(py)));
+        Box::new(CallbackBar {
+            cb,
+            len: AtomicU64::new(len),
+        })
     }
+    fn note(&self, _msg: &str) {}
+}
+
+impl Bar for CallbackBar {
+    fn set_length(&self, len: u64) {
+        self.len.store(len, Ordering::Relaxed);
+    }
+    fn set_position(&self, pos: u64) {
+        if let Some(cb) = &self.cb {
+            let total = self.len.load(Ordering::Relaxed);
+            Python::attach(|py| {
+                if let Err(e) = cb.call1(py, (pos, total)) {
+                    e.write_unraisable(py, Some(cb.bind(py)));
+                }
+            });
+        }
+    }
+    fn inc(&self, _delta: u64) {}
 }
 
 #[pymethods]
@@ -120,16 +128,28 @@ impl PyEncoder {
         if threads == Some(0) {
             return Err(PyValueError::new_err("threads must be at least 1"));
         }
-        let encoder = py
-            .detach(|| Encoder::load(&model, max_len))
-            .map_err(errors::encoder)?;
-        let source = encoder.source(&pooling).map_err(errors::encoder)?;
+        let config = EmbedderConfig {
+            model,
+            max_len,
+            threads,
+            no_cache: cache_dir.is_none(),
+            cache_dir,
+            ..Default::default()
+        };
+        let embedder = py.detach(|| config.load(silent())).map_err(errors::core)?;
+        let enc = &embedder.encoder;
+        enc.source(&pooling).map_err(errors::encoder)?;
         Ok(PyEncoder {
-            encoder,
             pooling,
-            source,
-            threads: threads.unwrap_or_else(|| EncodeOptions::default().threads),
-            cache: cache_dir.map(EmbeddingCache::new),
+            dim: enc.dim(),
+            model_id: enc.model_id().to_string(),
+            fingerprint: enc.fingerprint().to_string(),
+            identity: model_identity(enc),
+            max_len: enc.max_len(),
+            num_layers: enc.num_layers(),
+            threads: embedder.opts.threads,
+            cache_dir: embedder.cache.as_ref().map(|c| c.dir().to_path_buf()),
+            embedder: Mutex::new(embedder),
         })
     }
 
@@ -146,53 +166,43 @@ impl PyEncoder {
             return Err(PyValueError::new_err("batch_size must be at least 1"));
         }
         let texts = extract_texts(texts, "texts")?;
-        let total = texts.len();
-        let report = |done: usize| {
-            if let Some(cb) = &progress {
-                Python::attach(|py| {
-                    if let Err(e) = cb.call1(py, (done, total)) {
-                        e.write_unraisable(py, Some(cb.bind(py)));
-                    }
-                });
-            }
-        };
+        let progress: SharedProgress = Arc::new(CallbackProgress(progress));
         let m = py
-            .detach(|| self.embed(&texts, batch_size, &report))
-            .map_err(errors::encoder)?;
+            .detach(|| {
+                let mut e = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
+                e.opts.batch_size = batch_size;
+                e.progress = progress;
+                let r = e.embed(&texts, &self.pooling);
+                e.progress = silent();
+                r
+            })
+            .map_err(errors::core)?;
         Ok(m.into_pyarray(py))
     }
 
     /// Embedding dimension.
     #[getter]
     fn dimension(&self) -> usize {
-        self.encoder.dim()
+        self.dim
     }
 
     /// The model as given (directory or hub id).
     #[getter]
     fn model_id(&self) -> &str {
-        self.encoder.model_id()
+        &self.model_id
     }
 
     /// Short hash of the model files: equal fingerprints give equal vectors.
     #[getter]
     fn fingerprint(&self) -> &str {
-        self.encoder.fingerprint()
+        &self.fingerprint
     }
 
     /// The model identity recorded in calibrator files (`name@fingerprint`),
     /// as the CLI writes it.
-    // TODO: delegate to bertflow-core once crates/core is on main.
     #[getter]
-    fn identity(&self) -> String {
-        let name = self
-            .encoder
-            .files()
-            .dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| self.encoder.model_id().to_string());
-        format!("{name}@{}", self.encoder.fingerprint())
+    fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// Canonical name of the pooling.
@@ -204,7 +214,7 @@ impl PyEncoder {
     /// Token limit per sentence, [CLS] and [SEP] included.
     #[getter]
     fn max_len(&self) -> usize {
-        self.encoder.max_len()
+        self.max_len
     }
 
     /// Worker threads.
@@ -216,13 +226,13 @@ impl PyEncoder {
     /// Number of transformer layers.
     #[getter]
     fn num_layers(&self) -> usize {
-        self.encoder.num_layers()
+        self.num_layers
     }
 
     /// The cache folder, or None when the cache is off.
     #[getter]
     fn cache_dir(&self) -> Option<PathBuf> {
-        self.cache.as_ref().map(|c| c.dir().to_path_buf())
+        self.cache_dir.clone()
     }
 }
 

@@ -4,6 +4,7 @@
 //! `RuntimeError`. Nothing panics across the boundary.
 
 use bertflow_calib::CalibError;
+use bertflow_core::CoreError;
 use bertflow_encoder::EncoderError;
 use bertflow_eval::{DataError, EvalError};
 use pyo3::create_exception;
@@ -36,7 +37,11 @@ fn io_error(e: &std::io::Error, msg: String) -> PyErr {
 
 pub fn calib(e: CalibError) -> PyErr {
     let msg = e.to_string();
-    match &e {
+    calib_kind(&e, msg)
+}
+
+fn calib_kind(e: &CalibError, msg: String) -> PyErr {
+    match e {
         CalibError::Io { source, .. } => io_error(source, msg),
         CalibError::Format { .. } => CalibratorFileError::new_err(msg),
         CalibError::Diverged { .. } | CalibError::Numerical(_) => PyRuntimeError::new_err(msg),
@@ -53,7 +58,11 @@ pub fn calib(e: CalibError) -> PyErr {
 
 pub fn encoder(e: EncoderError) -> PyErr {
     let msg = e.to_string();
-    match &e {
+    encoder_kind(&e, msg)
+}
+
+fn encoder_kind(e: &EncoderError, msg: String) -> PyErr {
+    match e {
         EncoderError::ModelNotFound { .. } | EncoderError::IncompleteModel { .. } => {
             PyFileNotFoundError::new_err(msg)
         }
@@ -65,7 +74,11 @@ pub fn encoder(e: EncoderError) -> PyErr {
 
 pub fn data(e: DataError) -> PyErr {
     let msg = e.to_string();
-    match &e {
+    data_kind(&e, msg)
+}
+
+fn data_kind(e: &DataError, msg: String) -> PyErr {
+    match e {
         DataError::MissingDir { .. } | DataError::MissingFile { .. } => {
             PyFileNotFoundError::new_err(msg)
         }
@@ -81,4 +94,19 @@ pub fn eval(e: EvalError) -> PyErr {
 /// A metadata or serialisation failure that is no fault of the input.
 pub fn calib_meta(msg: String) -> PyErr {
     PyRuntimeError::new_err(msg)
+}
+
+/// A workflow error: mapped by its innermost cause, with the whole context
+/// chain as the message.
+pub fn core(e: CoreError) -> PyErr {
+    let msg = e.chain();
+    let mapped = match e.root() {
+        CoreError::Encoder(inner) => encoder_kind(inner, msg),
+        CoreError::Calib(inner) => calib_kind(inner, msg),
+        CoreError::Data(inner) => data_kind(inner, msg),
+        CoreError::Io { source, .. } => io_error(source, msg),
+        CoreError::Eval(_) | CoreError::Input(_) => PyValueError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    };
+    mapped
 }
