@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The slow real-data group: every STS regression test on all seven tasks
-# (about 2 minutes on 2 cores). CI runs the reduced versions via scripts/test.sh.
+# (about 2 minutes on 2 cores), then the Python package's slow tests (all
+# seven tasks against the CLI, the abi3 wheel build). CI runs the reduced
+# versions via scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
 cargo test --release --locked -p bertflow --test sts_scores -- --ignored "$@"
 # int8 encoder: mean cosine to fp32 >= 0.99 over the unique sentences of STS-B test.
 cargo test --release --locked -p bertflow-encoder --test int8 -- --ignored "$@"
+scripts/python-env.sh
+.venv/bin/python -m pytest -q -m slow bindings/python/tests

@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # The test command: installs the default model if missing (the encoder tests
-# compare against golden vectors from it), then runs every test in the workspace.
+# compare against golden vectors from it), then runs every test in the workspace,
+# then (re)builds the Python package into .venv and runs its pytest suite
+# (bindings/python/tests; arguments for pytest in $PYTEST_ARGS).
 # Slow real-data checks (full STS scores) live in `cargo test -- --ignored`
-# (see scripts/slow-tests.sh); CI runs the fast set.
+# and `pytest -m slow` (see scripts/slow-tests.sh); CI runs the fast set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
 cargo test --workspace --release --locked "$@"
+# The Python tests compare against the release binary.
+cargo build --release --locked -p bertflow
+scripts/python-env.sh
+set +e
+# shellcheck disable=SC2086
+.venv/bin/python -m pytest -q bindings/python/tests ${PYTEST_ARGS:-}
+rc=$?
+set -e
+# 5 = no test collected: a failure, unless PYTEST_ARGS deliberately selected none.
+if [ "$rc" -eq 5 ] && [ -n "${PYTEST_ARGS:-}" ]; then rc=0; fi
+exit "$rc"

@@ -178,6 +178,12 @@ impl Fitted {
         io::to_bytes(self, meta)
     }
 
+    /// Parses the bytes [`Fitted::to_bytes`] writes (a calibrator file's
+    /// content), with the same checks as [`Fitted::load`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<(Fitted, CalibratorMeta)> {
+        io::from_bytes(bytes, Path::new("<bytes>"))
+    }
+
     /// Reads a file written by [`Fitted::save`].
     pub fn load(path: impl AsRef<Path>) -> Result<(Fitted, CalibratorMeta)> {
         io::load(path)

@@ -292,3 +292,29 @@ fn header_only_calibrators_refuse_to_transform() {
         }
     }
 }
+
+#[test]
+fn from_bytes_equals_load_of_the_same_bytes() {
+    let x = data();
+    for spec in SPECS {
+        let f = fitted(spec, &x);
+        let bytes = f.to_bytes(&meta(&x)).unwrap();
+        let (a, ma) = Fitted::from_bytes(&bytes).unwrap();
+        let (b, mb) = load_bytes(&bytes).unwrap();
+        assert_eq!(ma, mb, "{spec}");
+        assert_eq!(a.spec(), f.spec(), "{spec}");
+        let want = f.transform(x.view()).unwrap();
+        assert_eq!(a.transform(x.view()).unwrap(), want, "{spec}");
+        assert_eq!(b.transform(x.view()).unwrap(), want, "{spec}");
+        // Truncated bytes are an error naming the damage, never a panic.
+        for cut in [0, 8, bytes.len() / 2, bytes.len() - 1] {
+            assert!(
+                matches!(
+                    Fitted::from_bytes(&bytes[..cut]),
+                    Err(CalibError::Format { .. })
+                ),
+                "{spec}: {cut} bytes"
+            );
+        }
+    }
+}

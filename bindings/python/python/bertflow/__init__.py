@@ -1,0 +1,63 @@
+"""bertflow: calibrated sentence embeddings from a frozen BERT-family model.
+
+Encode sentences with :class:`Encoder`, calibrate any embeddings with
+:class:`Whitening`, :class:`Flow`, :class:`StandardNorm`, :class:`Natsv`
+(scikit-learn transformers; files shared with the ``bertflow`` command),
+accumulate mergeable statistics with :class:`MomentStats`, and evaluate any
+embedding function on the seven STS benchmarks with :func:`bertflow.sts.evaluate`.
+
+Quick start::
+
+    import bertflow
+    enc = bertflow.Encoder("models/all-MiniLM-L6-v2", pooling="first-last-avg")
+    X = enc.encode(["A man is playing a guitar.", "A woman is slicing an onion."])
+    white = bertflow.Whitening().fit(enc.encode(corpus))
+    Z = white.transform(X)
+    print(bertflow.sts.evaluate(enc.encode, calibrate="whiten")["average"])
+"""
+
+import os as _os
+
+# Parallelism comes from the encoder's batch workers, each running its matrix
+# products on one core (as the CLI does); candle's intra-op threads would
+# oversubscribe the cores. Set RAYON_NUM_THREADS before importing bertflow to
+# override.
+_os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+from . import _bertflow  # noqa: E402
+from ._bertflow import CalibratorFileError  # noqa: E402
+from ._calibrators import (  # noqa: E402
+    Calibrator,
+    Flow,
+    Identity,
+    Natsv,
+    SnNatsv,
+    StandardNorm,
+    Whitening,
+    calibrator,
+    load,
+)
+from ._encoder import POOLINGS, Encoder, poolings  # noqa: E402
+from ._moments import MomentStats  # noqa: E402
+from . import sts  # noqa: E402
+
+__version__ = _bertflow.__version__
+
+__all__ = [
+    "Encoder",
+    "POOLINGS",
+    "poolings",
+    "Calibrator",
+    "Whitening",
+    "Flow",
+    "StandardNorm",
+    "Natsv",
+    "SnNatsv",
+    "Identity",
+    "calibrator",
+    "load",
+    "MomentStats",
+    "CalibratorFileError",
+    "sts",
+    "__version__",
+]

@@ -1,0 +1,187 @@
+"""The sentence encoder."""
+
+import os
+import sys
+
+from . import _bertflow
+
+DEFAULT_MODEL = "models/all-MiniLM-L6-v2"
+
+#: Every named pooling with the hidden states it reads: (name, description).
+POOLINGS = tuple(_bertflow.poolings())
+
+
+def poolings():
+    """The named poolings, as a list of ``(name, description)`` pairs.
+
+    ``layers:i,j,...`` stands for any set of hidden states (0 = the embedding
+    output, N = the last transformer layer).
+    """
+    return list(POOLINGS)
+
+
+class _StderrProgress:
+    """Prints ``encoding: done/total sentences`` on one stderr line."""
+
+    def __init__(self):
+        self.last = -1
+
+    def __call__(self, done, total):
+        pct = 100 * done // max(total, 1)
+        if pct != self.last:
+            self.last = pct
+            end = "\n" if done >= total else ""
+            sys.stderr.write(f"\rencoding: {done}/{total} sentences ({pct}%){end}")
+            sys.stderr.flush()
+
+
+class Encoder:
+    """A frozen BERT model and one pooling: sentences in, float32 vectors out.
+
+    Loading takes about a second; create one Encoder per process and reuse it.
+    Encoding runs on ``threads`` worker threads with the GIL released, so other
+    Python threads keep running.
+
+    Args:
+        model: A directory in Hugging Face layout (``config.json``,
+            ``model.safetensors`` or ``pytorch_model.bin``, ``tokenizer.json``
+            or ``vocab.txt``), a sentence-transformers directory, or a hub id
+            (e.g. ``"bert-base-uncased"``) found in the local Hugging Face cache
+            (nothing is downloaded). Default: ``$BERTFLOW_MODEL``, else
+            ``"models/all-MiniLM-L6-v2"``. Only ``model_type: "bert"`` loads.
+        pooling: How token vectors become one sentence vector: ``"cls"``,
+            ``"pooler"``, ``"last-avg"`` (mean pooling, the default),
+            ``"first-last-avg"`` (layers 1 and N, the BERT-flow code's
+            "last2avg"), ``"emb-last-avg"``, ``"last2-avg"``, ``"emb-avg"``
+            (non-contextual baseline) or ``"layers:i,j,..."``. See
+            :data:`bertflow.POOLINGS`.
+        max_len: Truncate sentences at this many tokens, [CLS] and [SEP]
+            included. Default: the model's position limit (512 for BERT).
+        threads: Worker threads, each running whole batches on one core.
+            Default: ``$BERTFLOW_THREADS``, else the number of cores.
+        cache: Cache encoded matrices on disk, keyed by the model, pooling,
+            max_len and the exact list of sentences (shared with the
+            ``bertflow`` command): ``True`` for the default folder
+            (``$BERTFLOW_CACHE``, else ``$XDG_CACHE_HOME/bertflow``, else
+            ``~/.cache/bertflow``), a path for another folder, ``False`` for
+            none.
+
+    Raises:
+        FileNotFoundError: the model directory or one of its files is missing.
+        ValueError: unknown pooling, a max_len the model does not allow,
+            ``threads < 1``, or an unsupported checkpoint.
+
+    An Encoder pickles as its arguments (the model is loaded again on
+    unpickling), so it can be shipped to worker processes.
+    """
+
+    def __init__(self, model=None, pooling="last-avg", max_len=None, threads=None, cache=True):
+        if model is None:
+            model = os.environ.get("BERTFLOW_MODEL") or DEFAULT_MODEL
+        model = os.fspath(model)
+        if not isinstance(pooling, str):
+            raise TypeError(f"pooling must be a str, not {type(pooling).__name__}")
+        if threads is None and os.environ.get("BERTFLOW_THREADS"):
+            threads = int(os.environ["BERTFLOW_THREADS"])
+        for name, v in (("max_len", max_len), ("threads", threads)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise TypeError(f"{name} must be an int or None, not {type(v).__name__}")
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be at least 1, got {v}")
+        if cache is True:
+            cache_dir = _bertflow.default_cache_dir()
+        elif cache is False or cache is None:
+            cache_dir = None
+        else:
+            cache_dir = os.fspath(cache)
+        self._args = (model, pooling, max_len, threads, cache)
+        self._inner = _bertflow.Encoder(model, pooling, max_len, threads, cache_dir)
+
+    def encode(self, texts, batch_size=32, progress=False):
+        """Embeds sentences.
+
+        Args:
+            texts: A list (or any iterable) of str; a single str is refused.
+            batch_size: Sentences per forward pass (sentences of equal token
+                length are batched together, so a sentence's vector does not
+                depend on the batch it lands in).
+            progress: ``True`` prints progress on stderr; a callable is called
+                as ``progress(done, total)``.
+
+        Returns:
+            numpy.ndarray: float32, shape ``(len(texts), dimension)``, rows in
+            input order.
+
+        Raises:
+            TypeError: ``texts`` is a str or holds a non-str item.
+            ValueError: ``texts`` is empty, or ``batch_size < 1``.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if progress is True:
+            cb = _StderrProgress()
+        elif progress is False or progress is None:
+            cb = None
+        elif callable(progress):
+            cb = progress
+        else:
+            raise TypeError("progress must be a bool or a callable(done, total)")
+        return self._inner.encode(texts, batch_size, cb)
+
+    __call__ = encode
+
+    @property
+    def dimension(self):
+        """Embedding dimension (the model's hidden size)."""
+        return self._inner.dimension
+
+    @property
+    def pooling(self):
+        """Canonical name of the pooling."""
+        return self._inner.pooling
+
+    @property
+    def model(self):
+        """The model as given (directory or hub id)."""
+        return self._inner.model_id
+
+    @property
+    def fingerprint(self):
+        """Short hash of the model files: equal fingerprints give equal vectors."""
+        return self._inner.fingerprint
+
+    @property
+    def identity(self):
+        """The model identity recorded in calibrator files (``name@fingerprint``)."""
+        return self._inner.identity
+
+    @property
+    def max_len(self):
+        """Token limit per sentence, [CLS] and [SEP] included."""
+        return self._inner.max_len
+
+    @property
+    def threads(self):
+        """Worker threads."""
+        return self._inner.threads
+
+    @property
+    def num_layers(self):
+        """Number of transformer layers."""
+        return self._inner.num_layers
+
+    @property
+    def cache_dir(self):
+        """The embedding cache folder, or None when the cache is off."""
+        return self._inner.cache_dir
+
+    def __reduce__(self):
+        return (Encoder, self._args)
+
+    def __repr__(self):
+        return (
+            f"Encoder(model={self.model!r}, pooling={self.pooling!r}, "
+            f"max_len={self.max_len}, threads={self.threads}, dimension={self.dimension})"
+        )

@@ -1,0 +1,213 @@
+//! Fitted calibrators: fit, transform, bytes and files (the CLI's format).
+
+use std::path::PathBuf;
+
+use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted};
+use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::errors;
+
+/// Model identity written for vectors that did not come from a bertflow
+/// model: "external embeddings (D-d)", then ": LABEL" when a label is given.
+// TODO: delegate to bertflow-core's external-embeddings identity once it lands.
+pub fn external_identity(dim: usize, label: Option<&str>) -> String {
+    match label {
+        Some(l) if !l.is_empty() => format!("external embeddings ({dim}-d): {l}"),
+        _ => format!("external embeddings ({dim}-d)"),
+    }
+}
+
+/// The pooling recorded for external embeddings.
+pub const EXTERNAL_POOLING: &str = "external";
+
+/// A fitted calibrator with its file metadata (see `bertflow.Calibrator`).
+#[pyclass(module = "bertflow._bertflow", name = "Fitted", frozen)]
+pub struct PyFitted {
+    fitted: Fitted,
+    meta: CalibratorMeta,
+}
+
+impl PyFitted {
+    /// A fitted calibrator of external embeddings (`n` rows of `dim`
+    /// columns), as `fit` records it.
+    pub(crate) fn external(
+        fitted: Fitted,
+        spec: &CalibSpec,
+        dim: usize,
+        n: usize,
+        label: Option<&str>,
+    ) -> Self {
+        let mut meta = CalibratorMeta::new(external_identity(dim, label), EXTERNAL_POOLING, dim, n);
+        if let CalibSpec::Flow(cfg) = spec {
+            meta = meta.with_seed(cfg.seed);
+        }
+        PyFitted { fitted, meta }
+    }
+}
+
+pub(crate) fn parse_spec(spec: &str) -> PyResult<CalibSpec> {
+    spec.parse().map_err(errors::calib)
+}
+
+/// Canonical spec string, kind and hyper-parameters (as JSON) of a spec.
+#[pyfunction]
+fn spec_info(spec: &str) -> PyResult<(String, String, String)> {
+    let s = parse_spec(spec)?;
+    s.validate().map_err(errors::calib)?;
+    let json = serde_json::to_string(&s).map_err(|e| errors::calib_meta(e.to_string()))?;
+    Ok((s.to_string(), s.kind().to_string(), json))
+}
+
+/// Fits `spec` on the rows of `x` (GIL released). The file metadata records
+/// external embeddings with the optional `label`.
+#[pyfunction]
+#[pyo3(signature = (spec, x, label=None))]
+fn fit(
+    py: Python<'_>,
+    spec: &str,
+    x: PyReadonlyArray2<'_, f32>,
+    label: Option<String>,
+) -> PyResult<PyFitted> {
+    let spec = parse_spec(spec)?;
+    let x = x.as_array();
+    let (n, d) = x.dim();
+    let fitted = py
+        .detach(|| bertflow_calib::fit(&spec, x, &mut FitOptions::new()))
+        .map_err(errors::calib)?;
+    Ok(PyFitted::external(fitted, &spec, d, n, label.as_deref()))
+}
+
+/// Reads a calibrator file (written by `bertflow fit` or `save`).
+#[pyfunction]
+fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyFitted> {
+    let (fitted, meta) = py
+        .detach(|| bertflow_calib::load(&path))
+        .map_err(errors::calib)?;
+    Ok(PyFitted { fitted, meta })
+}
+
+/// Parses the bytes of a calibrator file.
+#[pyfunction]
+fn fitted_from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<PyFitted> {
+    let (fitted, meta) = py
+        .detach(|| Fitted::from_bytes(data))
+        .map_err(errors::calib)?;
+    Ok(PyFitted { fitted, meta })
+}
+
+#[pymethods]
+impl PyFitted {
+    /// Calibrated rows of `x` (float32; GIL released).
+    fn transform<'py>(
+        &self,
+        py: Python<'py>,
+        x: PyReadonlyArray2<'py, f32>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let x = x.as_array();
+        let y = py
+            .detach(|| self.fitted.transform(x))
+            .map_err(errors::calib)?;
+        Ok(y.into_pyarray(py))
+    }
+
+    /// The content of the calibrator file.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let b = self.fitted.to_bytes(&self.meta).map_err(errors::calib)?;
+        Ok(PyBytes::new(py, &b))
+    }
+
+    /// Writes the calibrator file (atomically).
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.fitted.save(&path, &self.meta))
+            .map_err(errors::calib)
+    }
+
+    /// A copy whose metadata names another source of embeddings: a model
+    /// identity and pooling, or (with `model=None`) external embeddings with
+    /// an optional label.
+    #[pyo3(signature = (model=None, pooling=None, label=None))]
+    fn with_source(
+        &self,
+        model: Option<String>,
+        pooling: Option<String>,
+        label: Option<String>,
+    ) -> PyFitted {
+        let mut meta = self.meta.clone();
+        match model {
+            Some(m) => {
+                meta.model = m;
+                meta.pooling = pooling.unwrap_or_else(|| EXTERNAL_POOLING.to_string());
+            }
+            None => {
+                meta.model = external_identity(meta.input_dim, label.as_deref());
+                meta.pooling = pooling.unwrap_or_else(|| EXTERNAL_POOLING.to_string());
+            }
+        }
+        PyFitted {
+            fitted: self.fitted.clone(),
+            meta,
+        }
+    }
+
+    /// Kind: none, sn, whiten, natsv, sn+natsv or flow.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.fitted.kind()
+    }
+
+    /// Canonical spec string of the fitted kind and hyper-parameters.
+    #[getter]
+    fn spec(&self) -> String {
+        self.fitted.spec().to_string()
+    }
+
+    /// Columns `transform` expects.
+    #[getter]
+    fn input_dim(&self) -> usize {
+        self.fitted.input_dim()
+    }
+
+    /// Columns `transform` returns.
+    #[getter]
+    fn output_dim(&self) -> usize {
+        self.fitted.output_dim()
+    }
+
+    /// One line describing the calibrator.
+    fn describe(&self) -> String {
+        self.fitted.describe()
+    }
+
+    /// The file metadata as JSON (model, pooling, input_dim, fit_corpus_size,
+    /// seed, bertflow_version, format_version).
+    #[getter]
+    fn meta_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.meta).map_err(|e| errors::calib_meta(e.to_string()))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<bertflow fitted {}>", self.fitted.describe())
+    }
+
+    /// Pickles as the calibrator file's bytes.
+    fn __reduce__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let module = py.import("bertflow._bertflow")?;
+        let ctor = module.getattr("fitted_from_bytes")?;
+        let args = PyTuple::new(py, [self.to_bytes(py)?])?;
+        Ok((ctor, args))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyFitted>()?;
+    m.add_function(wrap_pyfunction!(spec_info, m)?)?;
+    m.add_function(wrap_pyfunction!(fit, m)?)?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(fitted_from_bytes, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! `bertflow._bertflow`: the compiled half of the `bertflow` Python package.
+//!
+//! Only conversion and delegation live here: Python objects and NumPy arrays
+//! in, calls into the bertflow crates, errors mapped to Python exceptions,
+//! results out. The user-facing classes (argument defaults, docstrings,
+//! scikit-learn glue) are in `python/bertflow/`. Every long computation runs
+//! with the GIL released.
+
+use pyo3::prelude::*;
+
+mod calib;
+mod encoder;
+mod errors;
+mod moments;
+mod sts;
+
+/// The compiled core of bertflow; use the `bertflow` package instead.
+#[pymodule]
+fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    encoder::register(m)?;
+    calib::register(m)?;
+    moments::register(m)?;
+    sts::register(m)?;
+    Ok(())
+}
