@@ -2,25 +2,13 @@
 
 use std::path::PathBuf;
 
-use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted};
+use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted, EXTERNAL_POOLING};
+use bertflow_core::matrix_file::matrix_fingerprint;
 use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use crate::errors;
-
-/// Model identity written for vectors that did not come from a bertflow
-/// model: "external embeddings (D-d)", then ": LABEL" when a label is given.
-// TODO: delegate to bertflow-core's external-embeddings identity once it lands.
-pub fn external_identity(dim: usize, label: Option<&str>) -> String {
-    match label {
-        Some(l) if !l.is_empty() => format!("external embeddings ({dim}-d): {l}"),
-        _ => format!("external embeddings ({dim}-d)"),
-    }
-}
-
-/// The pooling recorded for external embeddings.
-pub const EXTERNAL_POOLING: &str = "external";
 
 /// A fitted calibrator with its file metadata (see `bertflow.Calibrator`).
 #[pyclass(module = "bertflow._bertflow", name = "Fitted", frozen)]
@@ -31,15 +19,15 @@ pub struct PyFitted {
 
 impl PyFitted {
     /// A fitted calibrator of external embeddings (`n` rows of `dim`
-    /// columns), as `fit` records it.
+    /// columns, input `fingerprint`), as `fit` records it.
     pub(crate) fn external(
         fitted: Fitted,
         spec: &CalibSpec,
-        dim: usize,
-        n: usize,
-        label: Option<&str>,
+        (n, dim): (usize, usize),
+        fingerprint: String,
+        label: Option<String>,
     ) -> Self {
-        let mut meta = CalibratorMeta::new(external_identity(dim, label), EXTERNAL_POOLING, dim, n);
+        let mut meta = CalibratorMeta::external(label, fingerprint, dim, n);
         if let CalibSpec::Flow(cfg) = spec {
             meta = meta.with_seed(cfg.seed);
         }
@@ -73,10 +61,19 @@ fn fit(
     let spec = parse_spec(spec)?;
     let x = x.as_array();
     let (n, d) = x.dim();
-    let fitted = py
-        .detach(|| bertflow_calib::fit(&spec, x, &mut FitOptions::new()))
+    let (fitted, fingerprint) = py
+        .detach(|| {
+            let fp = matrix_fingerprint(n, d, x.iter().copied());
+            bertflow_calib::fit(&spec, x, &mut FitOptions::new()).map(|f| (f, fp))
+        })
         .map_err(errors::calib)?;
-    Ok(PyFitted::external(fitted, &spec, d, n, label.as_deref()))
+    Ok(PyFitted::external(
+        fitted,
+        &spec,
+        (n, d),
+        fingerprint,
+        label,
+    ))
 }
 
 /// Reads a calibrator file (written by `bertflow fit` or `save`).
@@ -134,20 +131,10 @@ impl PyFitted {
         pooling: Option<String>,
         label: Option<String>,
     ) -> PyFitted {
-        let mut meta = self.meta.clone();
-        match model {
-            Some(m) => {
-                meta.model = m;
-                meta.pooling = pooling.unwrap_or_else(|| EXTERNAL_POOLING.to_string());
-            }
-            None => {
-                meta.model = external_identity(meta.input_dim, label.as_deref());
-                meta.pooling = pooling.unwrap_or_else(|| EXTERNAL_POOLING.to_string());
-            }
-        }
+        let source = model.map(|m| (m, pooling.unwrap_or_else(|| EXTERNAL_POOLING.to_string())));
         PyFitted {
             fitted: self.fitted.clone(),
-            meta,
+            meta: self.meta.with_source(source, label),
         }
     }
 

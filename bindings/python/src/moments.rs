@@ -8,6 +8,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::calib::{parse_spec, PyFitted};
 use crate::errors;
+use bertflow_core::matrix_file::bytes_fingerprint;
 
 /// Moment statistics of a stream of rows (see `bertflow.MomentStats`).
 #[pyclass(module = "bertflow._bertflow", name = "MomentStats")]
@@ -72,12 +73,13 @@ impl PyMomentStats {
         let spec = parse_spec(spec)?;
         let fitted = py.detach(|| self.inner.fit(&spec)).map_err(errors::calib)?;
         let n = usize::try_from(self.inner.count()).unwrap_or(usize::MAX);
+        let fingerprint = bytes_fingerprint(&self.inner.to_bytes());
         Ok(PyFitted::external(
             fitted,
             &spec,
-            self.inner.dim(),
-            n,
-            label.as_deref(),
+            (n, self.inner.dim()),
+            fingerprint,
+            label,
         ))
     }
 

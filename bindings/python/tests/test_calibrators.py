@@ -119,13 +119,19 @@ def test_save_load_external(rng, tmp_path):
     again = bertflow.load(p)
     assert isinstance(again, bertflow.Whitening) and again.k == 6
     np.testing.assert_array_equal(again.transform(x), w.transform(x))
-    assert again.meta_["model"] == "external embeddings (8-d)"
+    fp = again.meta_["external"]["fingerprint"]
+    assert len(fp) == 16 and again.meta_["model"] == f"external:embeddings@{fp}"
+    assert again.meta_["external"]["label"] is None
     assert again.meta_["pooling"] == "external"
     assert again.meta_["input_dim"] == 8 and again.meta_["fit_corpus_size"] == 200
     w.save(p, source="openai-3-small")
-    assert bertflow.load(p).meta_["model"] == "external embeddings (8-d): openai-3-small"
+    assert bertflow.load(p).meta_["model"] == f"external:openai-3-small@{fp}"
     labelled = bertflow.StandardNorm().fit(x, source="my vectors")
-    assert labelled.meta_["model"] == "external embeddings (8-d): my vectors"
+    assert labelled.meta_["model"] == f"external:my vectors@{fp}"
+    # The fingerprint is of the input: one value changed, another fingerprint.
+    x2 = x.copy()
+    x2[3, 4] += 1.0
+    assert bertflow.StandardNorm().fit(x2).meta_["external"]["fingerprint"] != fp
 
 
 def test_float64_and_non_contiguous_accepted(rng):

@@ -66,7 +66,22 @@ def test_external_calibrator_needs_allow_mismatch(encoder, run_cli, model_dir, f
     out = d / "ext.npy"
     r = run_cli("encode", "--model", model_dir, "--no-cache", "--calibrator", p,
                 "--input", sents, "--output", out, check=False)
-    assert r.returncode != 0 and "external embeddings (384-d)" in r.stderr
+    assert r.returncode != 0 and "external:embeddings@" in r.stderr
     run_cli("encode", "--model", model_dir, "--no-cache", "--calibrator", p, "--allow-mismatch",
             "--input", sents, "--output", out)
     np.testing.assert_allclose(np.load(out), w.transform(encoder.encode(SENTENCES)), atol=1e-5)
+
+
+def test_external_fingerprint_same_in_python_and_cli(rng, run_cli, files):
+    """Fitting on an array in Python and on its .npy with the CLI records the same input."""
+    d, _, _ = files
+    x = rng.standard_normal((300, 12)).astype(np.float32) @ rng.standard_normal((12, 12)).astype(np.float32)
+    np.save(d / "x.npy", x)
+    p = d / "cli-ext.safetensors"
+    run_cli("fit", "--embeddings", d / "x.npy", "--kind", "whiten", "--label", "vec",
+            "--output", p)
+    cli = bertflow.load(p)
+    py = bertflow.Whitening().fit(x, source="vec")
+    assert cli.meta_["external"] == py.meta_["external"]
+    assert cli.meta_["model"] == py.meta_["model"] == f"external:vec@{py.meta_['external']['fingerprint']}"
+    np.testing.assert_allclose(cli.transform(x), py.transform(x), atol=1e-5)

@@ -95,6 +95,27 @@ impl CalibratorMeta {
         meta
     }
 
+    /// The same metadata with another source of the fit embeddings: a model
+    /// identity and pooling (`Some`), or external embeddings with `label`
+    /// (`None`; the input fingerprint is kept, `unknown` if there was none).
+    pub fn with_source(&self, model: Option<(String, String)>, label: Option<String>) -> Self {
+        let mut meta = match model {
+            Some((identity, pooling)) => {
+                let mut m = Self::new(identity, pooling, self.input_dim, self.fit_corpus_size);
+                m.external = None;
+                m
+            }
+            None => {
+                let fp = self.external.as_ref().map(|e| e.fingerprint.clone());
+                let label = label.filter(|l| !l.is_empty());
+                let fp = fp.unwrap_or_else(|| "unknown".to_string());
+                Self::external(label, fp, self.input_dim, self.fit_corpus_size)
+            }
+        };
+        meta.seed = self.seed;
+        meta
+    }
+
     /// Whether the calibrator was fitted on external embeddings.
     pub fn is_external(&self) -> bool {
         self.external.is_some()

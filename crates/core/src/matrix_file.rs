@@ -172,9 +172,41 @@ impl MatrixReader {
         if self.next_row < self.rows {
             return None;
         }
-        let h = self.hasher.clone()?.finalize();
-        Some(h.iter().take(8).map(|b| format!("{b:02x}")).collect())
+        Some(hex16(&self.hasher.clone()?.finalize()))
     }
+}
+
+/// The fingerprint [`MatrixReader::fingerprint`] gives for this float32 matrix
+/// saved as `.npy` or `.safetensors`, computed from memory (row-major order), so
+/// a calibrator fitted on an array in Python records the same input identity as
+/// `bertflow fit --embeddings` on the array's file.
+pub fn matrix_fingerprint(
+    rows: usize,
+    cols: usize,
+    row_major: impl IntoIterator<Item = f32>,
+) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{rows}x{cols}:{:?}", Dtype::F32).as_bytes());
+    let mut buf = Vec::with_capacity(4 * cols.clamp(1, 4096));
+    for v in row_major {
+        buf.extend_from_slice(&v.to_le_bytes());
+        if buf.len() >= 16384 {
+            hasher.update(&buf);
+            buf.clear();
+        }
+    }
+    hasher.update(&buf);
+    hex16(&hasher.finalize())
+}
+
+/// The fingerprint of input seen only as streaming statistics (Python's
+/// `MomentStats.fit`, Spark): the same prefix of SHA-256 over their bytes.
+pub fn bytes_fingerprint(bytes: &[u8]) -> String {
+    hex16(&Sha256::digest(bytes))
+}
+
+fn hex16(digest: &[u8]) -> String {
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 fn bad(path: &Path, msg: impl std::fmt::Display) -> CoreError {

@@ -1,6 +1,6 @@
 //! Chunked matrix files: header parsing against NumPy-written bytes, chunking,
 //! float64 input, truncation and bad headers.
-use bertflow_core::matrix_file::{npy_header_bytes, MatrixReader, NpyWriter};
+use bertflow_core::matrix_file::{matrix_fingerprint, npy_header_bytes, MatrixReader, NpyWriter};
 use ndarray::Array2;
 use std::path::Path;
 
@@ -56,6 +56,10 @@ fn writer_round_trips_and_header_is_aligned() {
     let mut r2 = MatrixReader::open(&p).unwrap();
     while r2.next_chunk(2).unwrap().is_some() {}
     assert_eq!(r2.fingerprint().unwrap(), f1);
+    // The in-memory fingerprint (Python's fit) equals the file's; the
+    // transposed view (other logical order) differs.
+    assert_eq!(matrix_fingerprint(5, 3, m.iter().copied()), f1);
+    assert_ne!(matrix_fingerprint(3, 5, m.t().iter().copied()), f1);
     let mut bytes = std::fs::read(&p).unwrap();
     let n = bytes.len();
     bytes[n - 1] ^= 1;
