@@ -13,27 +13,20 @@
 //!   flow fit (L=3, K=3, W=32, Adam 1e-3, batch 32, 1 epoch) timed `--repeat` times;
 //!   `--save-npy` writes the embedding matrix so the PyTorch flow trains on the
 //!   same data.
+//!
+//! The benchmarks themselves live in `bertflow_core::bench`; this file parses
+//! arguments and prints.
 use crate::args::{parse_pooling, parse_precision, DataArgs, ModelArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_calib::{CalibSpec, FitOptions, Fitted};
-use bertflow_core::DEFAULT_MODEL;
-use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
-use bertflow_eval::{
-    dedup_preserving_order, fit_sentences, load_task, unique_sentences, FitCorpus, Task,
+use bertflow_calib::CalibSpec;
+use bertflow_core::bench::{
+    bench_encode, bench_flow, cores, cpu_model, EncodeBench, EncodeMode, FlowBench,
 };
+use bertflow_core::DEFAULT_MODEL;
+use bertflow_encoder::{Pooling, Precision};
 use clap::{Args, Subcommand};
-use serde_json::json;
 use std::path::PathBuf;
-use std::time::Instant;
-
-/// Unique sentences of STS-B test after whitespace normalisation (2,552 raw strings:
-/// "A  man is dancing." with two spaces is the 2,552nd).
-const STSB_TEST_UNIQUE: usize = 2551;
-/// Unique sentences of the seven tasks' `target-scored` fit corpora.
-const FIT_CORPUS_UNIQUE: usize = 29_511;
-/// A 1-minute load average above this means the machine is busy: timings are suspect.
-const BUSY_LOAD: f64 = 1.5;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -83,8 +76,8 @@ pub struct EncodeBenchArgs {
     /// sorted: the unique sentences sorted by length, batches of one length;
     /// stream: every sentence in file order, consecutive padded batches;
     /// latency: the unique sentences one at a time (p50/p99 ms).
-    #[arg(long, default_value = "sorted", value_parser = ["sorted", "stream", "latency"])]
-    pub mode: String,
+    #[arg(long, value_enum, default_value = "sorted")]
+    pub mode: EncodeMode,
     #[command(flatten)]
     pub data: DataArgs,
     /// Print one JSON object instead of text.
@@ -123,336 +116,129 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
 }
 
-/// The 1-minute load average (Linux), if readable.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-fn warn_if_busy() -> Option<f64> {
-    let load = load_average();
-    if let Some(l) = load.filter(|&l| l > BUSY_LOAD) {
-        progress::note(format!(
-            "warning: the 1-minute load average is {l:.2}: other work may skew the timings"
-        ));
-    }
-    load
-}
-
-/// CPU time of the calling thread in seconds (Linux), to tell the cost of the work
-/// from time spent waiting for a busy machine.
-fn thread_cpu_seconds() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: f64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(ns * 1e-9)
-}
-
-/// Best (smallest) and median of `v` (not empty).
-fn best_median(v: &[f64]) -> (f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let median = if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        0.5 * (s[n / 2 - 1] + s[n / 2])
-    };
-    (s[0], median)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
-
 fn run_encode(a: EncodeBenchArgs) -> Result<()> {
-    anyhow::ensure!(a.repeat >= 1, "--repeat must be at least 1");
-    anyhow::ensure!(
-        !a.threads.is_empty() && a.threads.iter().all(|&t| t >= 1),
-        "--threads: give thread counts of at least 1"
-    );
-    let dir = a.data.dir();
-    let set = load_task(&dir, Task::StsB)
-        .with_context(|| format!("loading STS-B from {}", dir.display()))?;
-    let texts = if a.mode == "stream" {
-        set.subsets
-            .iter()
-            .flat_map(|s| &s.pairs)
-            .flat_map(|p| [p.s1.clone(), p.s2.clone()])
-            .collect()
-    } else {
-        let texts = unique_sentences(&set);
-        if texts.len() != STSB_TEST_UNIQUE {
-            progress::note(format!(
-                "warning: STS-B test has {} unique sentences here, not the expected {STSB_TEST_UNIQUE}: \
-                 numbers are not comparable with scripts/reference/st_encode_bench.py",
-                texts.len()
-            ));
-        }
-        texts
+    let cfg = EncodeBench {
+        model: a.model.clone(),
+        max_len: a.max_len,
+        pooling: a.pooling.clone(),
+        threads: a.threads.clone(),
+        batch_size: a.batch_size,
+        repeat: a.repeat,
+        precisions: a.precision.clone(),
+        mode: a.mode,
+        data_dir: a.data.dir(),
     };
-    let mut results = Vec::new();
-    let mut tokens = 0;
-    let mut model_id = String::new();
-    for &precision in &a.precision {
-        let enc = Encoder::load_with_precision(&a.model, a.max_len, precision)
-            .with_context(|| format!("cannot load model '{}' ({precision})", a.model))?;
-        model_id = enc.model_id().to_string();
-        let sources = [enc.source(&a.pooling)?];
-        tokens = texts
-            .iter()
-            .map(|t| enc.tokenize(t).map(|(ids, _)| ids.len()))
-            .sum::<Result<usize, _>>()?;
-        let intra = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
-        if !a.json {
-            println!(
-                "bench encode ({}, {precision}): {} ({}), {} STS-B test sentences ({tokens} tokens), \
-                 batch {}, RAYON_NUM_THREADS={intra}, {} cores ({})",
-                a.mode,
-                enc.model_id(),
-                a.pooling,
-                texts.len(),
-                a.batch_size,
-                cores(),
-                cpu_model()
-            );
-        }
-        for &t in &a.threads {
-            let opts = EncodeOptions {
-                batch_size: if a.mode == "latency" {
-                    1
-                } else {
-                    a.batch_size.max(1)
-                },
-                threads: t,
-            };
-            let load = warn_if_busy();
-            let run = |lat: &mut Vec<f64>| -> Result<()> {
-                match a.mode.as_str() {
-                    "stream" => {
-                        std::hint::black_box(enc.encode_in_order(
-                            &texts,
-                            &sources,
-                            &opts,
-                            &|_| {},
-                        )?);
-                    }
-                    "latency" => {
-                        for text in &texts {
-                            let start = Instant::now();
-                            let one = std::slice::from_ref(text);
-                            std::hint::black_box(enc.encode(one, &sources, &opts, &|_| {})?);
-                            lat.push(start.elapsed().as_secs_f64());
-                        }
-                    }
-                    _ => {
-                        std::hint::black_box(enc.encode(&texts, &sources, &opts, &|_| {})?);
-                    }
-                }
-                Ok(())
-            };
-            run(&mut Vec::new())?; // warm-up
-            let mut secs = Vec::with_capacity(a.repeat);
-            let mut lat = Vec::new();
-            for _ in 0..a.repeat {
-                let start = Instant::now();
-                run(&mut lat)?;
-                secs.push(start.elapsed().as_secs_f64());
-            }
-            let (best, median) = best_median(&secs);
-            let n = texts.len() as f64;
-            lat.sort_by(f64::total_cmp);
-            let pct = |q: f64| {
-                (!lat.is_empty())
-                    .then(|| 1e3 * lat[((q * lat.len() as f64) as usize).min(lat.len() - 1)])
-            };
-            let (p50, p99) = (pct(0.5), pct(0.99));
-            if !a.json {
-                let l = p50
-                    .zip(p99)
-                    .map(|(a, b)| format!(", p50 {a:.2} ms, p99 {b:.2} ms"))
-                    .unwrap_or_default();
+    let text = !a.json;
+    let mode = format!("{:?}", a.mode).to_lowercase();
+    let report = bench_encode(
+        &cfg,
+        &*progress::handle(),
+        &mut |enc, precision, sentences, tokens| {
+            if text {
+                let intra = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
                 println!(
-                    "{precision} threads {t}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s){l}",
-                    n / best,
-                    n / median,
-                    secs.len(),
-                    secs.iter()
-                        .map(|s| format!("{s:.3}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "bench encode ({mode}, {precision}): {} ({}), {sentences} STS-B test sentences \
+                     ({tokens} tokens), batch {}, RAYON_NUM_THREADS={intra}, {} cores ({})",
+                    enc.model_id(),
+                    a.pooling,
+                    a.batch_size,
+                    cores(),
+                    cpu_model()
                 );
             }
-            results.push(json!({
-                "precision": precision.to_string(),
-                "threads": t,
-                "seconds": secs,
-                "best_sentences_per_s": n / best,
-                "median_sentences_per_s": n / median,
-                "p50_ms": p50,
-                "p99_ms": p99,
-                "load_average_before": load,
-            }));
-        }
-    }
+        },
+        &mut |r| {
+            if text {
+                let l = r
+                    .p50_ms
+                    .zip(r.p99_ms)
+                    .map(|(a, b)| format!(", p50 {a:.2} ms, p99 {b:.2} ms"))
+                    .unwrap_or_default();
+                let secs: Vec<String> = r.seconds.iter().map(|s| format!("{s:.3}")).collect();
+                println!(
+                    "{} threads {}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s){l}",
+                    r.precision,
+                    r.threads,
+                    r.best_sentences_per_s,
+                    r.median_sentences_per_s,
+                    secs.len(),
+                    secs.join(", ")
+                );
+            }
+        },
+    )?;
     if a.json {
-        let v = json!({
-            "bench": "encode",
-            "mode": a.mode,
-            "model": model_id,
-            "pooling": a.pooling.to_string(),
-            "sentences": texts.len(),
-            "tokens": tokens,
-            "batch_size": a.batch_size,
-            "repeat": a.repeat,
-            "cores": cores(),
-            "cpu": cpu_model(),
-            "results": results,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
 }
 
 fn run_flow(a: FlowBenchArgs) -> Result<()> {
-    let dir = a.data.dir();
-    bertflow_eval::check_data_dir(&dir, &Task::ALL)?;
-    let mut all = Vec::new();
-    for &t in &Task::ALL {
-        all.extend(
-            fit_sentences(&dir, t, FitCorpus::TargetScored)
-                .with_context(|| format!("loading {}", t.name()))?,
-        );
-    }
-    let corpus = dedup_preserving_order(all);
-    if corpus.len() != FIT_CORPUS_UNIQUE {
-        progress::note(format!(
-            "warning: the fit corpus has {} unique sentences, not the expected {FIT_CORPUS_UNIQUE}",
-            corpus.len()
-        ));
-    }
+    let cfg = FlowBench {
+        pooling: a.pooling.clone(),
+        spec: a.spec.clone(),
+        repeat: a.repeat,
+        data_dir: a.data.dir(),
+    };
     let embedder = a.model.load()?;
-    let start = Instant::now();
-    let x = embedder.embed(&corpus, &a.pooling)?;
-    let embed_secs = start.elapsed().as_secs_f64();
-    if !a.json {
-        println!(
-            "bench flow: {} ({}), fit corpus of {} unique sentences of all seven tasks (target-scored): \
-             {} x {} (embedded in {embed_secs:.1} s{})",
-            embedder.encoder.model_id(),
-            a.pooling,
-            corpus.len(),
-            x.nrows(),
-            x.ncols(),
-            if embedder.cache.is_some() { ", through the cache" } else { "" }
-        );
-    }
-    if let Some(p) = &a.save_npy {
-        std::fs::write(p, bertflow_core::io::npy_bytes(&x))
-            .with_context(|| format!("cannot write {}", p.display()))?;
-        if !a.json {
-            println!("wrote {}", p.display());
-        }
-    }
-    if a.repeat == 0 {
-        if a.json {
-            let v = json!({"bench": "flow", "sentences": x.nrows(), "dim": x.ncols(), "embed_seconds": embed_secs});
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        }
-        return Ok(());
-    }
-    let mut runs = Vec::new();
-    let mut secs = Vec::new();
-    for r in 0..a.repeat {
-        let load = warn_if_busy();
-        let mut steps = 0usize;
-        let mut opts = FitOptions::new().with_progress(|p| steps = p.step);
-        let cpu0 = thread_cpu_seconds();
-        let start = Instant::now();
-        let fitted = bertflow_calib::fit(&a.spec, x.view(), &mut opts)
-            .with_context(|| format!("fitting {}", a.spec))?;
-        let wall = start.elapsed().as_secs_f64();
-        let cpu = cpu0.zip(thread_cpu_seconds()).map(|(c0, c1)| c1 - c0);
-        drop(opts);
-        let (initial, final_) = match &fitted {
-            Fitted::Flow(f) => (Some(f.initial_loss), Some(f.final_loss)),
-            _ => (None, None),
-        };
-        if !a.json {
-            let losses = match (initial, final_) {
-                (Some(i), Some(f)) => {
-                    format!(", NLL {i:.4} -> {f:.4} bits/dim (first batch -> epoch mean)")
+    let text = !a.json;
+    let report =
+        bench_flow(
+            &cfg,
+            &embedder,
+            &*progress::handle(),
+            &mut |x, secs| {
+                if text {
+                    println!(
+                    "bench flow: {} ({}), fit corpus of the seven tasks (target-scored, unique): \
+                     {} x {} (embedded in {secs:.1} s{})",
+                    embedder.encoder.model_id(),
+                    a.pooling,
+                    x.nrows(),
+                    x.ncols(),
+                    if embedder.cache.is_some() { ", through the cache" } else { "" }
+                );
                 }
-                _ => String::new(),
-            };
-            let cpu_s = cpu.map(|c| format!(", CPU {c:.2} s")).unwrap_or_default();
-            println!(
-                "fit {} #{}: {wall:.3} s wall{cpu_s}, {steps} steps{losses}",
-                a.spec,
-                r + 1
-            );
-        }
-        secs.push(wall);
-        runs.push(json!({
-            "seconds": wall,
-            "cpu_seconds": cpu,
-            "steps": steps,
-            "initial_loss": initial,
-            "final_loss": final_,
-            "load_average_before": load,
-        }));
-    }
-    let (best, median) = best_median(&secs);
+                if let Some(p) = &a.save_npy {
+                    std::fs::write(p, bertflow_core::io::npy_bytes(x))
+                        .map_err(bertflow_core::CoreError::io("write", p))?;
+                    if text {
+                        println!("wrote {}", p.display());
+                    }
+                }
+                Ok(())
+            },
+            &mut |i, r| {
+                if text {
+                    let losses = match (r.initial_loss, r.final_loss) {
+                        (Some(i), Some(f)) => {
+                            format!(", NLL {i:.4} -> {f:.4} bits/dim (first batch -> epoch mean)")
+                        }
+                        _ => String::new(),
+                    };
+                    let cpu = r
+                        .cpu_seconds
+                        .map(|c| format!(", CPU {c:.2} s"))
+                        .unwrap_or_default();
+                    println!(
+                        "fit {} #{}: {:.3} s wall{cpu}, {} steps{losses}",
+                        a.spec,
+                        i + 1,
+                        r.seconds,
+                        r.steps
+                    );
+                }
+            },
+        )
+        .with_context(|| format!("bench flow ({})", a.spec))?;
     if a.json {
-        let v = json!({
-            "bench": "flow",
-            "model": embedder.encoder.model_id(),
-            "pooling": a.pooling.to_string(),
-            "spec": a.spec.to_string(),
-            "sentences": x.nrows(),
-            "dim": x.ncols(),
-            "embed_seconds": embed_secs,
-            "best_seconds": best,
-            "median_seconds": median,
-            "runs": runs,
-            "cpu": cpu_model(),
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if let (Some(best), Some(median)) = (report.best_seconds, report.median_seconds) {
         println!(
             "fit {}: best {best:.3} s, median {median:.3} s over {} runs",
             a.spec,
-            secs.len()
+            report.runs.len()
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::best_median;
-
-    #[test]
-    fn best_and_median() {
-        assert_eq!(best_median(&[3.0, 1.0, 2.0]), (1.0, 2.0));
-        assert_eq!(best_median(&[4.0, 1.0, 2.0, 3.0]), (1.0, 2.5));
-        assert_eq!(best_median(&[5.0]), (5.0, 5.0));
-    }
 }

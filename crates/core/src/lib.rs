@@ -17,6 +17,7 @@
 //! Errors are one enum, [`CoreError`]; nothing here prints or exits.
 
 pub mod analyze;
+pub mod bench;
 pub mod calibration;
 pub mod embedder;
 pub mod error;
