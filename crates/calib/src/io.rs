@@ -20,7 +20,7 @@ pub const METADATA_KEY: &str = "bertflow_calibrator";
 const FORMAT_NAME: &str = "bertflow-calibrator";
 
 /// Where a calibrator comes from; filled by the caller, stored in the file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CalibratorMeta {
     /// Identity of the embedding model (name, path or hash).
     pub model: String,
@@ -41,6 +41,35 @@ pub struct CalibratorMeta {
     /// `external:<label>@<fingerprint>` and `pooling` is [`EXTERNAL_POOLING`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalInput>,
+    /// The token weighting of the averaged poolings the calibrator was fitted
+    /// on (absent: the plain mean). The per-token weights are stored in the
+    /// file as the tensor [`WEIGHTING_TENSOR`], so the same weighting is
+    /// applied wherever the calibrator is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<WeightingMeta>,
+}
+
+/// The tensor holding [`WeightingMeta::weights`] in a calibrator file.
+pub const WEIGHTING_TENSOR: &str = "weighting.token_weights";
+
+/// A token weighting as recorded in a calibrator file (see
+/// `bertflow_encoder::weighting`; this crate does not depend on it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightingMeta {
+    /// The weighting spec, e.g. `usif` or `sif:a=0.001,special=drop,punct=drop`.
+    pub spec: String,
+    /// Where the word-piece frequencies came from (e.g. `fit corpus`, a file name).
+    pub counts_from: String,
+    /// The weighting's key: a hash of its spec and every weight.
+    pub key: String,
+    /// The weight of a token id beyond the end of `weights`.
+    pub unseen: f32,
+    /// uSIF's `a`, when the scheme is usif.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usif_a: Option<f64>,
+    /// Weight per token id (in the file's tensors, not its JSON header).
+    #[serde(skip)]
+    pub weights: Vec<f32>,
 }
 
 /// The `pooling` recorded for calibrators fitted on external embeddings.
@@ -72,6 +101,7 @@ impl CalibratorMeta {
             bertflow_version: env!("CARGO_PKG_VERSION").to_string(),
             format_version: FORMAT_VERSION,
             external: None,
+            weighting: None,
         }
     }
 
@@ -301,6 +331,18 @@ pub(crate) fn to_bytes(fitted: &Fitted, meta: &CalibratorMeta) -> Result<Vec<u8>
         .map_err(|e| CalibError::Meta(format!("cannot serialise the header: {e}")))?;
     let mut w = TensorWriter::default();
     fitted.write_tensors(&mut w);
+    if let Some(wm) = &meta.weighting {
+        if wm.weights.is_empty() || wm.weights.iter().any(|v| !v.is_finite() || *v < 0.0) {
+            return Err(CalibError::Meta(
+                "the token weighting needs finite, non-negative weights".into(),
+            ));
+        }
+        w.f32(
+            WEIGHTING_TENSOR,
+            &[wm.weights.len()],
+            wm.weights.iter().copied(),
+        );
+    }
     let views = w
         .tensors
         .iter()
@@ -361,15 +403,24 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
         used: BTreeSet::new(),
     };
     fitted.read_tensors(&mut reader)?;
+    let mut meta = header.meta;
+    if let Some(wm) = &mut meta.weighting {
+        let len = reader
+            .st
+            .tensor(WEIGHTING_TENSOR)
+            .map(|t| t.shape().iter().product::<usize>())
+            .map_err(|_| err(format!("missing tensor {WEIGHTING_TENSOR:?}")))?;
+        wm.weights = reader.f32(WEIGHTING_TENSOR, &[len])?;
+    }
     reader.finish()?;
-    if header.meta.input_dim != fitted.input_dim() {
+    if meta.input_dim != fitted.input_dim() {
         return Err(err(format!(
             "meta.input_dim {} does not match the calibrator's input dimension {}",
-            header.meta.input_dim,
+            meta.input_dim,
             fitted.input_dim()
         )));
     }
-    Ok((fitted, header.meta))
+    Ok((fitted, meta))
 }
 
 /// Writes a calibrator file (via a temporary file renamed into place).

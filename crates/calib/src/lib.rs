@@ -66,7 +66,8 @@ pub use auto::{Auto, AUTO_RULE};
 pub use error::{CalibError, Result};
 pub use flow::Flow;
 pub use io::{
-    check_compatible, CalibratorMeta, ExternalInput, EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY,
+    check_compatible, CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING,
+    FORMAT_VERSION, METADATA_KEY, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{fit_from_moments, MomentStats, MOMENT_BLOCK};

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use bertflow_calib::{
     check_compatible, fit, load, CalibError, CalibSpec, Calibrator, CalibratorMeta, FitOptions,
-    Fitted, FORMAT_VERSION, METADATA_KEY,
+    Fitted, WeightingMeta, FORMAT_VERSION, METADATA_KEY, WEIGHTING_TENSOR,
 };
 use common::*;
 use ndarray::Array2;
@@ -317,4 +317,44 @@ fn from_bytes_equals_load_of_the_same_bytes() {
             );
         }
     }
+}
+
+#[test]
+fn weighting_round_trips_with_its_weights() {
+    let x = data();
+    let f = fitted("whiten", &x);
+    let mut m = meta(&x);
+    m.weighting = Some(WeightingMeta {
+        spec: "usif".into(),
+        counts_from: "fit corpus".into(),
+        key: "0123456789abcdef".into(),
+        unseen: 2.5,
+        usif_a: Some(1e-4),
+        weights: vec![0.0, 1.0, 0.25, 2.5, 1.5],
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.safetensors");
+    f.save(&path, &m).unwrap();
+    let (_, back) = load(&path).unwrap();
+    assert_eq!(back, m);
+    assert_eq!(
+        back.weighting.as_ref().unwrap().weights,
+        vec![0.0, 1.0, 0.25, 2.5, 1.5]
+    );
+    // Files without a weighting have no weights tensor and read back as None.
+    f.save(&path, &meta(&x)).unwrap();
+    assert_eq!(load(&path).unwrap().1.weighting, None);
+    // A weighting whose weights tensor is missing, or negative weights, are errors.
+    let mut bad = m.clone();
+    bad.weighting.as_mut().unwrap().weights = vec![1.0, -1.0];
+    assert!(f
+        .save(&path, &bad)
+        .unwrap_err()
+        .to_string()
+        .contains("non-negative"));
+    f.save(&path, &m).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let stripped = rewrite(&bytes, |t| t.retain(|(n, _)| n != WEIGHTING_TENSOR));
+    let reason = format_reason(load_bytes(&stripped));
+    assert!(reason.contains(WEIGHTING_TENSOR), "{reason}");
 }

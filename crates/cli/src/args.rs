@@ -1,7 +1,8 @@
 //! Options shared by several subcommands.
 use anyhow::Result;
+use bertflow_core::weighting::Weighting;
 use bertflow_core::{Embedder, EmbedderConfig, DEFAULT_MODEL};
-use bertflow_encoder::{Pooling, Precision};
+use bertflow_encoder::{Pooling, Precision, WeightingSpec};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -88,4 +89,37 @@ pub fn parse_pooling(s: &str) -> Result<Pooling, String> {
 
 pub fn parse_precision(s: &str) -> Result<Precision, String> {
     s.parse::<Precision>().map_err(|e| e.to_string())
+}
+
+/// Token weighting of the averaging poolings.
+#[derive(Args, Debug, Clone)]
+pub struct WeightingArgs {
+    /// Token weighting of the averaging poolings: mean (plain average), sif
+    /// (a/(a+p(w)), a=1e-3) or usif (Ethayarajh 2018's a from the counts), with
+    /// options after a colon: a=NUMBER (sif), special=keep|drop, punct=keep|drop
+    /// (default keep for mean, drop for sif/usif). Word-piece frequencies p(w) are
+    /// counted on the fit corpus (encode without a calibrator: on the input)
+    /// unless --freq-file is given. A calibrator fitted with a weighting records
+    /// it (weights included), and encode, eval and serve apply it.
+    #[arg(long, default_value = "mean", value_name = "SPEC", value_parser = parse_weighting)]
+    pub weighting: WeightingSpec,
+    /// Word-piece frequencies for --weighting: one `piece<TAB>count` line per word
+    /// piece of the model's vocabulary (pieces it lacks are skipped), and
+    /// optionally `#sentences<TAB>N` (the number of sentences counted, for usif).
+    #[arg(long, value_name = "FILE")]
+    pub freq_file: Option<PathBuf>,
+}
+
+impl WeightingArgs {
+    pub fn weighting(&self) -> Weighting {
+        Weighting {
+            spec: self.weighting.clone(),
+            freq_file: self.freq_file.clone(),
+            fixed: None,
+        }
+    }
+}
+
+pub fn parse_weighting(s: &str) -> Result<WeightingSpec, String> {
+    s.parse::<WeightingSpec>().map_err(|e| e.to_string())
 }

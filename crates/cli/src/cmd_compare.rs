@@ -3,11 +3,14 @@
 use crate::args::{parse_pooling, ModelArgs};
 use crate::cmd_eval::TaskArgs;
 use anyhow::Result;
+use bertflow_core::fitting::check_weighting;
 use bertflow_core::grid::{parse_calibs, rows_json, Grid, Row, Target};
-use bertflow_encoder::Pooling;
+use bertflow_core::weighting::Weighting;
+use bertflow_encoder::{Pooling, WeightingSpec};
 use bertflow_eval::{average, render_table, Aggregate};
 use clap::Args;
 use serde_json::{json, Map, Value};
+use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
@@ -20,6 +23,16 @@ pub struct CompareArgs {
     /// none,sn,whiten,natsv:k=5,flow:seed=1,epochs=2).
     #[arg(long, default_value = "none,sn,natsv:k=5,whiten,flow")]
     pub kinds: String,
+    /// Token weightings of the averaging poolings, comma-separated (each a spec as
+    /// in `eval --weighting`, e.g. mean,usif,sif:a=1e-4); frequencies are counted
+    /// per task on the --on sentences unless --freq-file is given. Rows repeat
+    /// per weighting; cls and pooler rows are left out for weightings other
+    /// than mean (they do not average).
+    #[arg(long, default_value = "mean", value_name = "SPEC,...")]
+    pub weighting: String,
+    /// Word-piece frequencies for every weighting (see `eval --freq-file`).
+    #[arg(long, value_name = "FILE")]
+    pub freq_file: Option<PathBuf>,
     #[command(flatten)]
     pub tasks: TaskArgs,
     /// Print one JSON object instead of a table.
@@ -35,18 +48,34 @@ pub fn run(a: CompareArgs) -> Result<()> {
     // One grid per aggregation. Embeddings come from the cache after the
     // first; calibrators are refitted (deterministically, so the rows agree).
     // TODO(core): evaluate every aggregation from one fit.
+    let weightings = parse_weightings(&a.weighting, &a.freq_file)?;
     let mut all_rows: Vec<Vec<Row>> = Vec::new();
     for &aggregate in &aggregates {
-        let grid = Grid {
-            embedder: &embedder,
-            data_dir: a.tasks.data.dir(),
-            targets: &targets,
-            poolings: &a.poolings,
-            calibs: &calibs,
-            fit_on: a.tasks.on.clone(),
-            aggregate,
-        };
-        all_rows.push(grid.run()?.0);
+        let mut rows = Vec::new();
+        for w in &weightings {
+            // A weighting other than mean only changes the averaging poolings.
+            let poolings: Vec<Pooling> = a
+                .poolings
+                .iter()
+                .filter(|p| w.is_plain_mean() || check_weighting(&embedder.encoder, p, w).is_ok())
+                .cloned()
+                .collect();
+            if poolings.is_empty() {
+                continue;
+            }
+            let grid = Grid {
+                embedder: &embedder,
+                data_dir: a.tasks.data.dir(),
+                targets: &targets,
+                poolings: &poolings,
+                calibs: &calibs,
+                fit_on: a.tasks.on.clone(),
+                aggregate,
+                weighting: w.clone(),
+            };
+            rows.extend(grid.run()?.0);
+        }
+        all_rows.push(rows);
     }
     let model = embedder.encoder.model_id().to_string();
     if a.json {
@@ -68,7 +97,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
             .iter()
             .map(|r| {
                 (
-                    format!("{} + {}", r.pooling, r.calibrator),
+                    row_label(r),
                     r.results.iter().map(|x| Some(x.spearman)).collect(),
                 )
             })
@@ -89,7 +118,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
             .map(|i| {
                 let r = &all_rows[0][i];
                 (
-                    format!("{} + {}", r.pooling, r.calibrator),
+                    row_label(r),
                     all_rows
                         .iter()
                         .map(|rows| average(&rows[i].results).map(|x| x.spearman))
@@ -103,6 +132,32 @@ pub fn run(a: CompareArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// "pooling + calibrator", the pooling tagged with its weighting unless mean.
+fn row_label(r: &Row) -> String {
+    match r.weighting.as_str() {
+        "mean" => format!("{} + {}", r.pooling, r.calibrator),
+        w => format!("{}[{w}] + {}", r.pooling, r.calibrator),
+    }
+}
+
+/// The --weighting list, each with the shared --freq-file.
+fn parse_weightings(list: &str, freq_file: &Option<PathBuf>) -> Result<Vec<Weighting>> {
+    let v: Vec<Weighting> = bertflow_core::split_spec_list(list)
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let spec: WeightingSpec = p.parse()?;
+            Ok(Weighting {
+                spec,
+                freq_file: freq_file.clone(),
+                fixed: None,
+            })
+        })
+        .collect::<Result<_>>()?;
+    anyhow::ensure!(!v.is_empty(), "--weighting is empty");
+    Ok(v)
 }
 
 /// `compare --json`: the first aggregation's rows as `rows` (with

@@ -1,7 +1,8 @@
 //! `bertflow encode`: sentences in, embeddings out.
-use crate::args::{parse_pooling, ModelArgs};
+use crate::args::{parse_pooling, ModelArgs, WeightingArgs};
 use crate::progress;
 use anyhow::Result;
+use bertflow_core::fitting::check_weighting;
 use bertflow_core::io::{read_sentences, write_embeddings, EmptyLines};
 use bertflow_encoder::Pooling;
 use clap::Args;
@@ -35,6 +36,8 @@ pub struct EncodeArgs {
     /// Allow a calibrator fitted on another model or pooling (never another dimension).
     #[arg(long)]
     pub allow_mismatch: bool,
+    #[command(flatten)]
+    pub weighting: WeightingArgs,
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {
@@ -48,7 +51,17 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     if let Some(c) = &calibrator {
         c.check(&emb.encoder, &a.pooling, &*emb.progress)?;
     }
-    let m = emb.embed(&input.texts, &a.pooling)?;
+    // A calibrator brings the weights it was fitted with; otherwise the
+    // frequencies are counted on the input (or read from --freq-file).
+    let weighting = a.weighting.weighting();
+    let weights = match &calibrator {
+        Some(c) => c.weights_for(&weighting)?,
+        None => {
+            check_weighting(&emb.encoder, &a.pooling, &weighting)?;
+            weighting.weights(&emb.encoder, &input.texts)?
+        }
+    };
+    let m = emb.embed_weighted(&input.texts, &a.pooling, weights.as_ref())?;
     let m = match &calibrator {
         Some(c) => c.apply(m.view())?,
         None => m,
@@ -59,6 +72,9 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     meta.insert("max_len".to_string(), emb.encoder.max_len().to_string());
     if let Some(c) = &calibrator {
         meta.insert("calibrator".to_string(), c.describe());
+    }
+    if let Some(w) = &weights {
+        meta.insert("weighting".to_string(), w.spec.to_string());
     }
     write_embeddings(&a.output, &m, &input, &meta)?;
     progress::note(format!(

@@ -1,8 +1,9 @@
 //! `bertflow eval`: Spearman/Pearson x100 on the STS benchmarks.
-use crate::args::{parse_pooling, DataArgs, ModelArgs};
+use crate::args::{parse_pooling, DataArgs, ModelArgs, WeightingArgs};
 use anyhow::{bail, Result};
 use bertflow_calib::CalibSpec;
 use bertflow_core::grid::{load_targets, rows_json, Calib, FitOn, Grid, Target};
+use bertflow_core::weighting::Weighting;
 use bertflow_core::LoadedCalibrator;
 use bertflow_encoder::Pooling;
 use bertflow_eval::{render_table, Aggregate, Task};
@@ -100,6 +101,8 @@ pub struct EvalArgs {
     /// Allow a calibrator fitted on another model or pooling (never another dimension).
     #[arg(long)]
     pub allow_mismatch: bool,
+    #[command(flatten)]
+    pub weighting: WeightingArgs,
     /// Also report each subset of STS12-16.
     #[arg(long)]
     pub per_subset: bool,
@@ -116,8 +119,18 @@ pub fn run(a: EvalArgs) -> Result<()> {
         (None, Some(p)) => Calib::File(Box::new(LoadedCalibrator::open(p, a.allow_mismatch)?)),
         (None, None) => Calib::spec(CalibSpec::None),
     };
-    if a.fit.is_none() && a.tasks.on != FitOn::Target {
-        bail!("--on only applies with --fit");
+    // Word-piece frequencies are counted per task on the --on sentences; a
+    // calibrator file brings its own weights.
+    let mut weighting = a.weighting.weighting();
+    if let Calib::File(f) = &calib {
+        if let Some(w) = f.weights_for(&weighting)? {
+            weighting = Weighting::fixed(w);
+        }
+    }
+    let counts_on_corpus =
+        !weighting.is_plain_mean() && weighting.freq_file.is_none() && weighting.fixed.is_none();
+    if a.fit.is_none() && !counts_on_corpus && a.tasks.on != FitOn::Target {
+        bail!("--on only applies with --fit (or a --weighting counted on the fit corpus)");
     }
     let embedder = a.model.load()?;
     let poolings = [a.pooling.clone()];
@@ -130,6 +143,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
         calibs: &calibs,
         fit_on: a.tasks.on.clone(),
         aggregate,
+        weighting,
     };
     let (rows, _) = grid.run()?;
     let row = &rows[0];
@@ -148,9 +162,13 @@ pub fn run(a: EvalArgs) -> Result<()> {
         return Ok(());
     }
     let columns: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+    let pooling = match row.weighting.as_str() {
+        "mean" => a.pooling.to_string(),
+        w => format!("{}[{w}]", a.pooling),
+    };
     let label = match &calibs[0] {
-        c if c.is_none() => a.pooling.to_string(),
-        c => format!("{} + {}", a.pooling, c.label()),
+        c if c.is_none() => pooling,
+        c => format!("{pooling} + {}", c.label()),
     };
     let cells = row.results.iter().map(|r| Some(r.spearman)).collect();
     println!(

@@ -1,5 +1,5 @@
 //! `bertflow fit`: fit one calibrator and save it as a file.
-use crate::args::{parse_pooling, DataArgs, ModelArgs};
+use crate::args::{parse_pooling, DataArgs, ModelArgs, WeightingArgs};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_calib::{CalibSpec, Calibrator};
@@ -90,6 +90,8 @@ pub struct FitArgs {
     #[arg(long, value_name = "N")]
     pub sample: Option<usize>,
     #[command(flatten)]
+    pub weighting: WeightingArgs,
+    #[command(flatten)]
     pub data: DataArgs,
     /// Where to write the calibrator (.safetensors).
     #[arg(long, short = 'o', value_name = "FILE")]
@@ -100,7 +102,13 @@ pub fn run(a: FitArgs) -> Result<()> {
     if a.sample == Some(0) {
         anyhow::bail!("--sample must be at least 1");
     }
+    let weighting = a.weighting.weighting();
     let (outcome, what) = match &a.embeddings {
+        Some(_) if !weighting.is_plain_mean() => {
+            anyhow::bail!(
+                "--weighting applies when bertflow encodes sentences, not to --embeddings"
+            )
+        }
         Some(path) => {
             let cfg = ExternalFit {
                 input: path.clone(),
@@ -118,7 +126,9 @@ pub fn run(a: FitArgs) -> Result<()> {
             };
             let sentences = dedup_preserving_order(sentences);
             let emb = a.model.load()?;
-            let out = fitting::fit_sentences(&emb, &sentences, &a.pooling, &a.kind, a.sample)?;
+            let out = fitting::fit_sentences(
+                &emb, &sentences, &a.pooling, &a.kind, a.sample, &weighting,
+            )?;
             (out, "sentences")
         }
     };

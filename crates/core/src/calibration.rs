@@ -3,7 +3,7 @@
 use crate::error::{Context, Result};
 use crate::progress::Progress;
 use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted};
-use bertflow_encoder::{Encoder, Pooling};
+use bertflow_encoder::{Encoder, Pooling, TokenWeights};
 use ndarray::{Array2, ArrayView2};
 use std::path::{Path, PathBuf};
 
@@ -88,6 +88,39 @@ impl LoadedCalibrator {
             progress.note(&format!("warning: {w}"));
         }
         Ok(())
+    }
+
+    /// The token weights the calibrator was fitted with (`None`: the plain
+    /// mean): embeddings it calibrates must be pooled with the same weights.
+    pub fn weights(&self) -> Result<Option<TokenWeights>> {
+        self.meta
+            .weighting
+            .as_ref()
+            .map(crate::weighting::from_meta)
+            .transpose()
+            .with_context(|| format!("calibrator {}", self.path.display()))
+    }
+
+    /// The weights to embed with for this calibrator when the user asked for
+    /// `requested`: the file's own weights; an error when the user asked for
+    /// another weighting than the file records.
+    pub fn weights_for(
+        &self,
+        requested: &crate::weighting::Weighting,
+    ) -> Result<Option<TokenWeights>> {
+        let own = self.weights()?;
+        let own_spec = own
+            .as_ref()
+            .map(|w| crate::weighting::Weighting::new(w.spec.clone()).label())
+            .unwrap_or_else(|| "mean".into());
+        if !requested.is_plain_mean() && requested.spec.to_string() != own_spec {
+            crate::bail!(
+                "calibrator {} was fitted with weighting {own_spec}, not {} (leave --weighting out to use the file's)",
+                self.path.display(),
+                requested.spec
+            );
+        }
+        Ok(own)
     }
 
     pub fn apply(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {

@@ -6,6 +6,7 @@ use crate::error::{Context, Result};
 use crate::progress::{silent, SharedProgress};
 use bertflow_encoder::{
     CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
+    TokenWeights,
 };
 use ndarray::Array2;
 use std::collections::HashMap;
@@ -105,7 +106,22 @@ impl Embedder {
         sets: &[&[String]],
         poolings: &[Pooling],
     ) -> Result<Vec<Vec<Array2<f32>>>> {
+        self.embed_sets_weighted(sets, poolings, None)
+    }
+
+    /// [`Embedder::embed_sets`] with token weights for the averaging poolings
+    /// (`None`: the plain mean). The cache keeps weighted and plain entries apart.
+    pub fn embed_sets_weighted(
+        &self,
+        sets: &[&[String]],
+        poolings: &[Pooling],
+        weights: Option<&TokenWeights>,
+    ) -> Result<Vec<Vec<Array2<f32>>>> {
         let enc = &self.encoder;
+        let weights = weights.filter(|w| !w.spec.is_plain_mean());
+        let wkey = weights
+            .map(|w| format!("|w={}", w.key()))
+            .unwrap_or_default();
         let sources: Vec<PoolSource> = poolings
             .iter()
             .map(|p| enc.source(p))
@@ -116,7 +132,13 @@ impl Embedder {
         let mut total = 0usize;
         let mut hits = 0usize;
         let key = |set: &[String], src: &PoolSource| {
-            EmbeddingCache::key(enc.fingerprint(), &src.key(), enc.max_len(), set)
+            // Only the averaging poolings depend on the weights.
+            let w = if matches!(src, PoolSource::Mean(_)) {
+                wkey.as_str()
+            } else {
+                ""
+            };
+            EmbeddingCache::key(enc.fingerprint(), &(src.key() + w), enc.max_len(), set)
         };
         if let Some(cache) = &self.cache {
             for (s, set) in sets.iter().enumerate() {
@@ -156,7 +178,7 @@ impl Embedder {
             let pb = self
                 .progress
                 .bar(texts.len() as u64, "encoding", "sentences");
-            let out = enc.encode(&texts, &srcs, &self.opts, &|done| {
+            let out = enc.encode_weighted(&texts, &srcs, &self.opts, weights, &|done| {
                 pb.set_position(done as u64)
             })?;
             pb.finish();
@@ -213,7 +235,17 @@ impl Embedder {
 
     /// Embeddings of one list of sentences for one pooling.
     pub fn embed(&self, texts: &[String], pooling: &Pooling) -> Result<Array2<f32>> {
-        let mut r = self.embed_sets(&[texts], std::slice::from_ref(pooling))?;
+        self.embed_weighted(texts, pooling, None)
+    }
+
+    /// [`Embedder::embed`] with token weights (see [`Embedder::embed_sets_weighted`]).
+    pub fn embed_weighted(
+        &self,
+        texts: &[String],
+        pooling: &Pooling,
+        weights: Option<&TokenWeights>,
+    ) -> Result<Array2<f32>> {
+        let mut r = self.embed_sets_weighted(&[texts], std::slice::from_ref(pooling), weights)?;
         Ok(r.remove(0).remove(0))
     }
 }

@@ -10,10 +10,11 @@ use crate::embedder::Embedder;
 use crate::error::{Context, CoreError, Result};
 use crate::matrix_file::{MatrixReader, NpyWriter};
 use crate::progress::Progress;
+use crate::weighting::{to_meta, Weighting};
 use bertflow_calib::{
     fit_from_moments, CalibSpec, Calibrator, CalibratorMeta, Fitted, MomentStats,
 };
-use bertflow_encoder::Pooling;
+use bertflow_encoder::{Encoder, PoolSource, Pooling};
 use std::path::{Path, PathBuf};
 
 /// Rows read at a time.
@@ -89,17 +90,23 @@ pub const SENTENCE_CHUNK: usize = 8192;
 /// Fits `spec` on the embeddings of `sentences` (deduplicated by the caller).
 /// Closed-form kinds encode the corpus chunk by chunk into moment statistics;
 /// a flow encodes its sample (every sentence, or `sample` of them chosen with
-/// the flow's seed) and keeps it in memory.
+/// the flow's seed) and keeps it in memory. A token `weighting` counts its
+/// word-piece frequencies on all of `sentences` (or reads its frequency file)
+/// and is recorded, weights included, in the calibrator's metadata.
 pub fn fit_sentences(
     embedder: &Embedder,
     sentences: &[String],
     pooling: &Pooling,
     spec: &CalibSpec,
     sample: Option<usize>,
+    weighting: &Weighting,
 ) -> Result<FitOutcome> {
     if sentences.is_empty() {
         bail!("the fit corpus is empty");
     }
+    check_weighting(&embedder.encoder, pooling, weighting)?;
+    let weights = weighting.weights(&embedder.encoder, sentences)?;
+    let w = weights.as_ref();
     let progress = &*embedder.progress;
     let label = spec.to_string();
     let dim = embedder.encoder.dim();
@@ -112,7 +119,7 @@ pub fn fit_sentences(
                     .collect(),
                 _ => sentences.to_vec(),
             };
-            let x = embedder.embed(&picked, pooling)?;
+            let x = embedder.embed_weighted(&picked, pooling, w)?;
             (
                 calibration::fit(spec, x.view(), &label, progress)?,
                 x.nrows(),
@@ -121,7 +128,7 @@ pub fn fit_sentences(
         spec => {
             let mut stats = MomentStats::new(dim);
             for chunk in sentences.chunks(SENTENCE_CHUNK) {
-                let x = embedder.embed(chunk, pooling)?;
+                let x = embedder.embed_weighted(chunk, pooling, w)?;
                 stats.update(x.view())?;
             }
             let fitted =
@@ -138,7 +145,19 @@ pub fn fit_sentences(
     if let CalibSpec::Flow(cfg) = spec {
         meta = meta.with_seed(cfg.seed);
     }
+    meta.weighting = weights.map(|w| to_meta(&w, weighting.counts_from()));
     Ok(FitOutcome { fitted, meta })
+}
+
+/// A weighting other than the plain mean needs an averaging pooling.
+pub fn check_weighting(enc: &Encoder, pooling: &Pooling, weighting: &Weighting) -> Result<()> {
+    if !weighting.is_plain_mean() && !matches!(enc.source(pooling)?, PoolSource::Mean(_)) {
+        bail!(
+            "weighting {} applies to the averaging poolings (last-avg, first-last-avg, emb-avg, ...), not {pooling}",
+            weighting.spec
+        );
+    }
+    Ok(())
 }
 
 /// Moment statistics of every row of the file, one chunk at a time.

@@ -7,6 +7,7 @@ use crate::bail;
 use crate::calibration::{self as calib, LoadedCalibrator};
 use crate::embedder::Embedder;
 use crate::error::{Context, Result};
+use crate::weighting::Weighting;
 use bertflow_calib::{CalibSpec, Calibrator, Fitted};
 use bertflow_encoder::Pooling;
 use bertflow_eval::{
@@ -125,6 +126,8 @@ impl Calib {
 /// One row of results.
 pub struct Row {
     pub pooling: Pooling,
+    /// The token weighting's spec (`mean`: none).
+    pub weighting: String,
     pub calibrator: String,
     /// Per target, in the order of the targets.
     pub results: Vec<TaskResult>,
@@ -155,6 +158,10 @@ pub struct Grid<'a> {
     pub calibs: &'a [Calib],
     pub fit_on: FitOn,
     pub aggregate: Aggregate,
+    /// Token weighting of the averaging poolings; word-piece frequencies are
+    /// counted per task on the sentences its calibrators are fitted on (or
+    /// read from the weighting's frequency file).
+    pub weighting: Weighting,
 }
 
 /// Embeddings of each target's evaluation sentences and fit corpus, per pooling.
@@ -173,15 +180,17 @@ impl Grid<'_> {
             .any(|c| matches!(c, Calib::Spec(s, _) if *s != CalibSpec::None))
     }
 
-    /// Encode every sentence set the grid needs in one pass.
+    /// Encode every sentence set the grid needs in one pass (one pass per
+    /// target when a weighting counts its frequencies per target).
     pub fn encode(&self) -> Result<Encoded> {
         let eval_sentences: Vec<Vec<String>> = self
             .targets
             .iter()
             .map(|t| unique_sentences(&t.set))
             .collect();
+        let weighted = !self.weighting.is_plain_mean();
         let mut fit_sets: Vec<Vec<String>> = Vec::new();
-        if self.needs_fit() {
+        if self.needs_fit() || (weighted && self.weighting.freq_file.is_none()) {
             match &self.fit_on {
                 FitOn::File(p) => {
                     let input = crate::io::read_sentences(p, false, crate::io::EmptyLines::Skip)?;
@@ -194,6 +203,12 @@ impl Grid<'_> {
                 }
             }
         }
+        if weighted {
+            for p in self.poolings {
+                crate::fitting::check_weighting(&self.embedder.encoder, p, &self.weighting)?;
+            }
+            return self.encode_weighted(eval_sentences, fit_sets);
+        }
         let all: Vec<&[String]> = eval_sentences
             .iter()
             .chain(&fit_sets)
@@ -204,6 +219,37 @@ impl Grid<'_> {
         Ok(Encoded {
             eval_sentences,
             eval: mats,
+            fit,
+        })
+    }
+
+    /// Per target: the weights from its fit corpus (or the frequency file),
+    /// then its evaluation sentences and fit corpus embedded with them.
+    fn encode_weighted(
+        &self,
+        eval_sentences: Vec<Vec<String>>,
+        fit_sets: Vec<Vec<String>>,
+    ) -> Result<Encoded> {
+        let (mut eval, mut fit) = (Vec::new(), Vec::new());
+        let empty: Vec<String> = Vec::new();
+        for (t, sentences) in eval_sentences.iter().enumerate() {
+            let corpus = fit_sets.get(t).or(fit_sets.first()).unwrap_or(&empty);
+            let w = self.weighting.weights(&self.embedder.encoder, corpus)?;
+            let mut sets: Vec<&[String]> = vec![sentences];
+            if self.needs_fit() {
+                sets.push(corpus);
+            }
+            let mut m = self
+                .embedder
+                .embed_sets_weighted(&sets, self.poolings, w.as_ref())?;
+            if self.needs_fit() {
+                fit.push(m.pop().expect("two sets"));
+            }
+            eval.push(m.pop().expect("one set"));
+        }
+        Ok(Encoded {
+            eval_sentences,
+            eval,
             fit,
         })
     }
@@ -233,6 +279,7 @@ impl Grid<'_> {
                 }
                 rows.push(Row {
                     pooling: pooling.clone(),
+                    weighting: self.weighting.label(),
                     calibrator: calib.label(),
                     results,
                 });
@@ -278,6 +325,16 @@ impl Grid<'_> {
             }
             Calib::File(f) => {
                 f.check(&self.embedder.encoder, pooling, &*self.embedder.progress)?;
+                let own = f.meta.weighting.as_ref().map(|w| w.key.as_str());
+                if own != self.weighting.fixed_key()
+                    && !(own.is_none() && self.weighting.is_plain_mean())
+                {
+                    crate::bail!(
+                        "calibrator {} was fitted with weighting {}: evaluate it with the file's own weights",
+                        f.path.display(),
+                        f.meta.weighting.as_ref().map(|w| w.spec.as_str()).unwrap_or("mean")
+                    );
+                }
                 Some(f.apply(x.view())?)
             }
         })
@@ -319,6 +376,7 @@ pub fn rows_json(targets: &[Target], rows: &[Row], per_subset: bool) -> Vec<Valu
             let calibrator = if row.calibrator == "none" { Value::Null } else { json!(row.calibrator) };
             json!({
                 "pooling": row.pooling.to_string(),
+                "weighting": row.weighting,
                 "calibrator": calibrator,
                 "tasks": tasks,
                 "average": avg.map(|a| json!({"spearman": round2(a.spearman), "pearson": round2(a.pearson)})),

@@ -27,6 +27,7 @@ pub mod io;
 pub mod matrix_file;
 pub mod progress;
 pub mod report;
+pub mod weighting;
 
 pub use calibration::{model_identity, LoadedCalibrator};
 pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};

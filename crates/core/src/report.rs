@@ -279,6 +279,7 @@ pub fn write_report(embedder: &Embedder, a: &ReportOptions) -> Result<ReportFile
         calibs: &calibs,
         fit_on: a.analysis.on.clone(),
         aggregate: a.aggregate,
+        weighting: Default::default(),
     };
     progress.note("STS table: poolings x calibrators on the seven tasks");
     let (rows, _) = grid.run()?;

@@ -418,6 +418,45 @@ impl TokenWeights {
         })
     }
 
+    /// Weights saved earlier (a calibrator file): the spec, the weight per
+    /// token id, the weight of ids beyond the end, uSIF's `a` and the key they
+    /// were saved with.
+    pub fn from_parts(
+        spec: WeightingSpec,
+        weights: Vec<f32>,
+        unseen: f32,
+        usif_a: Option<f64>,
+        key: String,
+    ) -> Result<Self> {
+        if weights.is_empty()
+            || weights
+                .iter()
+                .chain([&unseen])
+                .any(|w| !w.is_finite() || *w < 0.0)
+        {
+            return Err(EncoderError::Weighting(
+                "saved token weights must be finite and non-negative".into(),
+            ));
+        }
+        Ok(TokenWeights {
+            spec,
+            weights,
+            unseen,
+            usif_a,
+            key,
+        })
+    }
+
+    /// The weight per token id (ids beyond the end weigh [`Self::unseen`]).
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
+    }
+
+    /// The weight of a piece never seen in the counted corpus.
+    pub fn unseen(&self) -> f32 {
+        self.unseen
+    }
+
     /// The weight of one token id.
     pub fn weight(&self, id: u32) -> f32 {
         self.weights
