@@ -121,6 +121,7 @@ pub fn run(a: AnalyzeArgs) -> Result<()> {
             "sets": sets,
             "lexical_bias": dataset_json(&data),
             "kinds": pooling_json(r),
+            "advice": r.advice,
             "frequency": frequency_json(&freq),
             "plots": written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         });

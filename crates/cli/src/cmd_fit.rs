@@ -50,8 +50,8 @@ impl FromStr for Corpus {
 const AFTER_HELP: &str =
     "Memory: whiten, sn, natsv and sn+natsv stream their statistics (count, mean, \
 co-moment matrix in f64), so a corpus or an embedding file of any size fits in memory bounded by \
-one chunk plus a d x d matrix. A flow needs its whole sample in memory: use --sample N for large \
-inputs (N rows drawn with the flow's seed).
+one chunk plus a d x d matrix. A flow and auto need their whole sample in memory: use --sample N \
+for large inputs (N rows drawn with the flow's seed, 42 for auto).
 
 Embeddings from anywhere: --embeddings X.npy (float32/float64, n x d, C order) or \
 X.safetensors (one 2-D tensor, 'embeddings' if several) fits on vectors from any model or API; \
@@ -85,8 +85,9 @@ pub struct FitArgs {
     /// API name), stored in the calibrator file.
     #[arg(long, requires = "embeddings", value_name = "TEXT")]
     pub label: Option<String>,
-    /// Fit a flow on N rows (sentences or embedding rows) drawn without replacement
-    /// with the flow's seed [default: all]. Closed-form kinds always use every row.
+    /// Fit a flow (or auto) on N rows (sentences or embedding rows) drawn without
+    /// replacement with the flow's seed (42 for auto) [default: all]. The other kinds
+    /// stream their statistics and always use every row.
     #[arg(long, value_name = "N")]
     pub sample: Option<usize>,
     #[command(flatten)]

@@ -356,3 +356,33 @@ fn bad_inputs_are_clear_errors() {
     ));
     assert!(err.contains("--sample"), "{err}");
 }
+
+#[test]
+fn auto_fits_on_the_rows_and_equals_the_library_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = cone(400, 6, 5);
+    let x_path = dir.path().join("x.npy");
+    write_npy(&x_path, &x);
+    let c = dir.path().join("auto.safetensors");
+    ok(&bertflow(
+        &[
+            "fit",
+            "--embeddings",
+            s(&x_path),
+            "--kind",
+            "auto",
+            "-o",
+            s(&c),
+        ],
+        dir.path(),
+    ));
+    let (fitted, meta) = bertflow_calib::load(&c).unwrap();
+    assert_eq!(meta.fit_corpus_size, 400);
+    let spec: bertflow_calib::CalibSpec = "auto".parse().unwrap();
+    let lib = bertflow_calib::fit(&spec, x.view(), &mut bertflow_calib::FitOptions::new()).unwrap();
+    assert_eq!(fitted.describe(), lib.describe());
+    let diff = (&fitted.transform(x.view()).unwrap() - &lib.transform(x.view()).unwrap())
+        .mapv(f32::abs)
+        .fold(0.0f32, |a, &b| a.max(b));
+    assert!(diff < 1e-6, "{diff}");
+}

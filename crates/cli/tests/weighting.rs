@@ -117,6 +117,25 @@ fn fitted_weighting_travels_in_the_calibrator_file() {
             "column variance {var}"
         );
     }
+    // auto (fitted on the rows, not streamed moments) with a weighting works too.
+    let auto = dir.path().join("auto-usif.safetensors");
+    ok(&bertflow(
+        &[
+            "fit",
+            "-k",
+            "auto",
+            "--on",
+            s(&corpus),
+            "--weighting",
+            "usif",
+            "-o",
+            s(&auto),
+        ],
+        &cache,
+    ));
+    let (fitted, meta) = bertflow_calib::load(&auto).unwrap();
+    assert_eq!(fitted.kind(), "auto");
+    assert_eq!(meta.fit_corpus_size, CORPUS.len());
     // Asking for another weighting than the file's is an error.
     let err = fails(&bertflow(
         &[

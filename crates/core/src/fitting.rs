@@ -47,10 +47,10 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
     let (rows, cols) = (reader.rows(), reader.cols());
     let label = cfg.spec.to_string();
     let (fitted, used) = match &cfg.spec {
-        CalibSpec::Flow(flow) => {
+        spec if needs_rows(spec) => {
             let x = match cfg.sample {
                 Some(n) if n < rows => {
-                    let idx = sample_indices(rows, n, flow.seed);
+                    let idx = sample_indices(rows, n, sample_seed(spec));
                     reader.read_rows(&idx)?
                 }
                 _ => {
@@ -111,12 +111,14 @@ pub fn fit_sentences(
     let label = spec.to_string();
     let dim = embedder.encoder.dim();
     let (fitted, used) = match spec {
-        CalibSpec::Flow(flow) => {
+        spec if needs_rows(spec) => {
             let picked: Vec<String> = match sample {
-                Some(n) if n < sentences.len() => sample_indices(sentences.len(), n, flow.seed)
-                    .into_iter()
-                    .map(|i| sentences[i].clone())
-                    .collect(),
+                Some(n) if n < sentences.len() => {
+                    sample_indices(sentences.len(), n, sample_seed(spec))
+                        .into_iter()
+                        .map(|i| sentences[i].clone())
+                        .collect()
+                }
                 _ => sentences.to_vec(),
             };
             let x = embedder.embed_weighted(&picked, pooling, w)?;
@@ -147,6 +149,20 @@ pub fn fit_sentences(
     }
     meta.weighting = weights.map(|w| to_meta(&w, weighting.counts_from()));
     Ok(FitOutcome { fitted, meta })
+}
+
+/// Kinds fitted on the rows themselves (kept in memory, or a `--sample` of
+/// them), not on streamed moment statistics: flow and auto.
+pub fn needs_rows(spec: &CalibSpec) -> bool {
+    matches!(spec, CalibSpec::Flow(_) | CalibSpec::Auto)
+}
+
+/// The seed a `--sample` is drawn with: the flow's, else 42.
+fn sample_seed(spec: &CalibSpec) -> u64 {
+    match spec {
+        CalibSpec::Flow(f) => f.seed,
+        _ => 42,
+    }
 }
 
 /// A weighting other than the plain mean needs an averaging pooling.

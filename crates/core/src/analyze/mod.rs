@@ -297,6 +297,9 @@ pub struct KindResult {
 pub struct PoolingResult {
     pub pooling: Pooling,
     pub kinds: Vec<KindResult>,
+    /// "Should I calibrate?": the statistics that drive `auto` on the fit
+    /// embeddings, its decision and a sentence to act on.
+    pub advice: bertflow_calib::Advice,
 }
 
 impl PoolingResult {
@@ -379,9 +382,12 @@ pub fn analyse(
             });
             pb.inc(1);
         }
+        let advice = bertflow_calib::advise(fit_x.view())
+            .with_context(|| format!("advice for {pooling}"))?;
         out.push(PoolingResult {
             pooling: pooling.clone(),
             kinds: results,
+            advice,
         });
     }
     pb.finish();

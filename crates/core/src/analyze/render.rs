@@ -170,6 +170,29 @@ pub fn pooling_json(r: &PoolingResult) -> Value {
     Value::Object(kinds)
 }
 
+/// "Should I calibrate?" in words: the statistics `auto` decides on, its
+/// decision and the advice.
+pub fn advice_text(r: &PoolingResult) -> String {
+    let a = &r.advice;
+    let st = &a.stats;
+    format!(
+        "Should I calibrate? ({} fit embeddings of {} dimensions, rule {})\n  \
+         mean pair cosine {:.4}; mean-vector share in the top-10 directions {:.4}; \
+         variance share top-10 {:.4}; effective rank / rank {:.3}\n  \
+         auto would apply: {}; expected effect of calibrating: {}\n  {}\n",
+        st.n,
+        st.dim,
+        bertflow_calib::AUTO_RULE,
+        st.mean_cosine,
+        st.mean_top10_align,
+        st.top10_share,
+        st.eff_rank_ratio,
+        a.decision.summary(),
+        a.expected,
+        a.message
+    )
+}
+
 /// The JSON form of the frequency result (without the per-token points).
 pub fn frequency_json(f: &FrequencyResult) -> Value {
     json!({
@@ -325,6 +348,8 @@ pub fn summary_text(
         }
         s.push('\n');
     }
+    s.push('\n');
+    s.push_str(&advice_text(r));
     if let Some(f) = freq {
         s.push_str(&format!(
             "\nWord pieces: frequency rank vs the static word embeddings ({} word pieces counted on {})\n",
