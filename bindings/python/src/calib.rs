@@ -8,6 +8,7 @@ use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+use crate::encoder::PyEncoder;
 use crate::errors;
 
 /// A fitted calibrator with its file metadata (see `bertflow.Calibrator`).
@@ -18,6 +19,11 @@ pub struct PyFitted {
 }
 
 impl PyFitted {
+    /// The token weighting recorded in the file, if any.
+    pub(crate) fn weighting_meta(&self) -> Option<&bertflow_calib::WeightingMeta> {
+        self.meta.weighting.as_ref()
+    }
+
     /// A fitted calibrator of external embeddings (`n` rows of `dim`
     /// columns, input `fingerprint`), as `fit` records it.
     pub(crate) fn external(
@@ -136,6 +142,17 @@ impl PyFitted {
             fitted: self.fitted.clone(),
             meta: self.meta.with_source(source, label),
         }
+    }
+
+    /// A copy recording the token weighting of `encoder` (its weights included),
+    /// so the CLI and `Encoder.use_weights_of` apply the same weights.
+    fn with_weighting_of(&self, encoder: &PyEncoder) -> PyResult<PyFitted> {
+        let mut meta = self.meta.clone();
+        meta.weighting = encoder.weighting_record()?;
+        Ok(PyFitted {
+            fitted: self.fitted.clone(),
+            meta,
+        })
     }
 
     /// Kind: none, sn, whiten, natsv, sn+natsv or flow.

@@ -5,14 +5,17 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bertflow_core::fitting::check_weighting;
 use bertflow_core::progress::silent;
+use bertflow_core::weighting::{from_meta, to_meta, Weighting};
 use bertflow_core::{model_identity, Bar, Embedder, EmbedderConfig, Progress, SharedProgress};
-use bertflow_encoder::{EmbeddingCache, Pooling, POOLINGS};
+use bertflow_encoder::{EmbeddingCache, Pooling, Precision, TokenWeights, WeightingSpec, POOLINGS};
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
+use crate::calib::PyFitted;
 use crate::errors;
 
 /// A BERT model with one pooling (see `bertflow.Encoder`).
@@ -30,6 +33,12 @@ pub struct PyEncoder {
     num_layers: usize,
     threads: usize,
     cache_dir: Option<PathBuf>,
+    precision: String,
+    /// The token weighting and where its frequencies come from.
+    weighting: Weighting,
+    /// Its weights, once known (from `freq_file`, `fit_weighting` or a
+    /// calibrator file); `None` for the plain mean.
+    weights: Mutex<Option<TokenWeights>>,
 }
 
 /// A list of str from any iterable of str (not a single str or bytes).
@@ -112,10 +121,23 @@ impl Bar for CallbackBar {
     fn inc(&self, _delta: u64) {}
 }
 
+impl PyEncoder {
+    /// The calibrator-file record of the current weights (None: plain mean).
+    pub(crate) fn weighting_record(&self) -> PyResult<Option<bertflow_calib::WeightingMeta>> {
+        let w = self.weights.lock().unwrap_or_else(|p| p.into_inner());
+        match (&*w, self.weighting.is_plain_mean()) {
+            (_, true) => Ok(None),
+            (Some(w), false) => Ok(Some(to_meta(w, self.weighting.counts_from()))),
+            (None, false) => Err(not_fitted(&self.weighting)),
+        }
+    }
+}
+
 #[pymethods]
 impl PyEncoder {
     #[new]
-    #[pyo3(signature = (model, pooling, max_len=None, threads=None, cache_dir=None))]
+    #[pyo3(signature = (model, pooling, max_len=None, threads=None, cache_dir=None, precision="fp32", weighting="mean", freq_file=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         model: String,
@@ -123,20 +145,42 @@ impl PyEncoder {
         max_len: Option<usize>,
         threads: Option<usize>,
         cache_dir: Option<PathBuf>,
+        precision: &str,
+        weighting: &str,
+        freq_file: Option<PathBuf>,
     ) -> PyResult<Self> {
         let pooling: Pooling = pooling.parse().map_err(errors::encoder)?;
         if threads == Some(0) {
             return Err(PyValueError::new_err("threads must be at least 1"));
         }
+        let precision: Precision = precision.parse().map_err(errors::encoder)?;
+        let spec: WeightingSpec = weighting.parse().map_err(errors::encoder)?;
+        let weighting = Weighting {
+            spec,
+            freq_file,
+            fixed: None,
+        };
         let config = EmbedderConfig {
             model,
             max_len,
             threads,
             no_cache: cache_dir.is_none(),
             cache_dir,
+            precision,
             ..Default::default()
         };
-        let embedder = py.detach(|| config.load(silent())).map_err(errors::core)?;
+        let (embedder, weights) = py
+            .detach(|| {
+                let e = config.load(silent())?;
+                check_weighting(&e.encoder, &pooling, &weighting)?;
+                // Frequencies from a file are known now; from a corpus, at fit_weighting.
+                let w = match (&weighting.freq_file, weighting.spec.needs_counts()) {
+                    (Some(_), _) | (None, false) => weighting.weights(&e.encoder, &[])?,
+                    (None, true) => None,
+                };
+                Ok::<_, bertflow_core::CoreError>((e, w))
+            })
+            .map_err(errors::core)?;
         let enc = &embedder.encoder;
         enc.source(&pooling).map_err(errors::encoder)?;
         Ok(PyEncoder {
@@ -149,8 +193,70 @@ impl PyEncoder {
             num_layers: enc.num_layers(),
             threads: embedder.opts.threads,
             cache_dir: embedder.cache.as_ref().map(|c| c.dir().to_path_buf()),
+            precision: precision.to_string(),
+            weighting,
+            weights: Mutex::new(weights),
             embedder: Mutex::new(embedder),
         })
+    }
+
+    /// Counts word-piece frequencies on `texts` for the weighting (GIL released).
+    fn fit_weighting(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<()> {
+        let texts = extract_texts(texts, "texts")?;
+        let w = py
+            .detach(|| {
+                let e = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
+                let w = Weighting {
+                    freq_file: None,
+                    ..self.weighting.clone()
+                };
+                w.weights(&e.encoder, &texts)
+            })
+            .map_err(errors::core)?;
+        *self.weights.lock().unwrap_or_else(|p| p.into_inner()) = w;
+        Ok(())
+    }
+
+    /// Takes the token weights recorded in a calibrator file (refused when
+    /// its weighting is not this encoder's).
+    fn use_weights_of(&self, fitted: &PyFitted) -> PyResult<()> {
+        let own = fitted.weighting_meta();
+        let w = own.map(from_meta).transpose().map_err(errors::core)?;
+        let label = w
+            .as_ref()
+            .map(|w| Weighting::new(w.spec.clone()).label())
+            .unwrap_or_else(|| "mean".into());
+        if label != self.weighting.label() {
+            return Err(PyValueError::new_err(format!(
+                "the calibrator was fitted with weighting {label}, this encoder has {}",
+                self.weighting.label()
+            )));
+        }
+        *self.weights.lock().unwrap_or_else(|p| p.into_inner()) = w;
+        Ok(())
+    }
+
+    /// The weighting spec (`mean` for the plain mean).
+    #[getter]
+    fn weighting(&self) -> String {
+        self.weighting.label()
+    }
+
+    /// Whether the weighting's word-piece frequencies are known.
+    #[getter]
+    fn weighting_ready(&self) -> bool {
+        self.weighting.is_plain_mean()
+            || self
+                .weights
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
+    }
+
+    /// fp32 or int8.
+    #[getter]
+    fn precision(&self) -> &str {
+        &self.precision
     }
 
     /// Embeddings of `texts` (float32, one row per text, in order).
@@ -169,14 +275,25 @@ impl PyEncoder {
         let progress: SharedProgress = Arc::new(CallbackProgress(progress));
         let m = py
             .detach(|| {
+                let weights = self
+                    .weights
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                if weights.is_none() && !self.weighting.is_plain_mean() {
+                    return Err(None);
+                }
                 let mut e = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
                 e.opts.batch_size = batch_size;
                 e.progress = progress;
-                let r = e.embed(&texts, &self.pooling);
+                let r = e.embed_weighted(&texts, &self.pooling, weights.as_ref());
                 e.progress = silent();
-                r
+                r.map_err(Some)
             })
-            .map_err(errors::core)?;
+            .map_err(|e| match e {
+                Some(e) => errors::core(e),
+                None => not_fitted(&self.weighting),
+            })?;
         Ok(m.into_pyarray(py))
     }
 
@@ -234,6 +351,14 @@ impl PyEncoder {
     fn cache_dir(&self) -> Option<PathBuf> {
         self.cache_dir.clone()
     }
+}
+
+fn not_fitted(w: &Weighting) -> PyErr {
+    PyValueError::new_err(format!(
+        "weighting {} needs word-piece frequencies: call fit_weighting(corpus) first, \
+         or pass freq_file",
+        w.label()
+    ))
 }
 
 /// Every named pooling with its one-line description.

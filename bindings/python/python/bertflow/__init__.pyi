@@ -30,7 +30,16 @@ class Encoder:
         max_len: Optional[int] = None,
         threads: Optional[int] = None,
         cache: Union[bool, _Path] = True,
+        precision: str = "fp32",
+        weighting: str = "mean",
+        freq_file: Optional[_Path] = None,
     ) -> None: ...
+    def fit_weighting(self, corpus: Iterable[str]) -> "Encoder": ...
+    def use_weights_of(self, calibrator: "Calibrator") -> "Encoder": ...
+    @property
+    def weighting(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
     def encode(
         self,
         texts: Iterable[str],

@@ -87,6 +87,19 @@ def as_matrix(X, name="X", allow_empty=False):
     return a
 
 
+def _with_source(fitted, source):
+    """``fitted`` recording ``source`` (see :meth:`Calibrator.fit`): an
+    Encoder's identity, pooling and token weighting, or a label."""
+    args = _source_args(source)
+    if args is None:
+        return fitted
+    fitted = fitted.with_source(**args)
+    inner = getattr(source, "_inner", None)
+    if inner is not None and getattr(source, "weighting", "mean") != "mean":
+        fitted = fitted.with_weighting_of(inner)
+    return fitted
+
+
 def _source_args(source):
     """with_source() arguments for an Encoder, a label, or None."""
     if source is None:
@@ -132,17 +145,16 @@ class Calibrator(*_BASES):
                 :class:`bertflow.Encoder` (its model identity and pooling, as
                 ``bertflow fit`` writes them, so that ``bertflow encode
                 --calibrator`` accepts the file), a str label for external
-                embeddings, or None (external embeddings, no label).
+                embeddings, or None (external embeddings, no label). An
+                Encoder's token weighting is recorded too, weights included.
 
         Raises:
             ValueError: a 1-D or 3-D array, too few rows, NaN or inf values,
                 invalid hyper-parameters. RuntimeError: a flow fit diverged.
         """
-        args = _source_args(source)
+        _source_args(source)  # type check before the work
         X = as_matrix(X)
-        fitted = _bertflow.fit(self._spec(), X, None)
-        if args is not None:
-            fitted = fitted.with_source(**args)
+        fitted = _with_source(_bertflow.fit(self._spec(), X, None), source)
         self._set_fitted(fitted)
         return self
 
@@ -186,11 +198,7 @@ class Calibrator(*_BASES):
         ``source`` overrides the recorded source of the embeddings (see
         :meth:`fit`).
         """
-        f = self._fitted()
-        args = _source_args(source)
-        if args is not None:
-            f = f.with_source(**args)
-        f.save(os.fspath(path))
+        _with_source(self._fitted(), source).save(os.fspath(path))
 
     def describe(self):
         """One line describing the fitted calibrator."""

@@ -66,6 +66,16 @@ class Encoder:
             ``~/.cache/bertflow``), a path for another folder, ``False`` for
             none.
 
+        precision: ``"fp32"`` (default) or ``"int8"`` (linear layers with s8
+            weights per output channel and dynamically quantised activations;
+            mean cosine to fp32 >= 0.99). ``"bf16"`` raises (not implemented).
+        weighting: Token weighting of the averaging poolings: ``"mean"``
+            (default), ``"sif"``, ``"usif"``, with options as in the CLI
+            (``"sif:a=1e-4"``, ``"usif:punct=keep"``). ``sif``/``usif`` need
+            word-piece frequencies: ``freq_file``, or :meth:`fit_weighting` on
+            a corpus, or :meth:`use_weights_of` a calibrator fitted with them.
+        freq_file: ``piece<TAB>count`` lines (as the CLI's ``--freq-file``).
+
     Raises:
         FileNotFoundError: the model directory or one of its files is missing.
         ValueError: unknown pooling, a max_len the model does not allow,
@@ -75,7 +85,8 @@ class Encoder:
     unpickling), so it can be shipped to worker processes.
     """
 
-    def __init__(self, model=None, pooling="last-avg", max_len=None, threads=None, cache=True):
+    def __init__(self, model=None, pooling="last-avg", max_len=None, threads=None, cache=True,
+                 precision="fp32", weighting="mean", freq_file=None):
         if model is None:
             model = os.environ.get("BERTFLOW_MODEL") or DEFAULT_MODEL
         model = os.fspath(model)
@@ -94,8 +105,39 @@ class Encoder:
             cache_dir = None
         else:
             cache_dir = os.fspath(cache)
-        self._args = (model, pooling, max_len, threads, cache)
-        self._inner = _bertflow.Encoder(model, pooling, max_len, threads, cache_dir)
+        for name, v in (("precision", precision), ("weighting", weighting)):
+            if not isinstance(v, str):
+                raise TypeError(f"{name} must be a str, not {type(v).__name__}")
+        if freq_file is not None:
+            freq_file = os.fspath(freq_file)
+        self._args = (model, pooling, max_len, threads, cache, precision, weighting, freq_file)
+        self._inner = _bertflow.Encoder(model, pooling, max_len, threads, cache_dir,
+                                        precision, weighting, freq_file)
+
+    def fit_weighting(self, corpus):
+        """Counts the weighting's word-piece frequencies on ``corpus`` (a list
+        of str, typically the sentences a calibrator is fitted on) and returns
+        the encoder. A no-op for ``weighting="mean"``."""
+        self._inner.fit_weighting(corpus)
+        return self
+
+    def use_weights_of(self, calibrator):
+        """Takes the token weights recorded in ``calibrator`` (fitted by the
+        CLI with ``--weighting``, or in Python with ``source=`` an Encoder with
+        a weighting), so vectors match the ones it was fitted on. Raises
+        ValueError when its weighting is not this encoder's."""
+        self._inner.use_weights_of(calibrator._fitted())
+        return self
+
+    @property
+    def weighting(self):
+        """The token weighting (``"mean"``, or the full spec)."""
+        return self._inner.weighting
+
+    @property
+    def precision(self):
+        """``"fp32"`` or ``"int8"``."""
+        return self._inner.precision
 
     def encode(self, texts, batch_size=32, progress=False):
         """Embeds sentences.
@@ -183,5 +225,6 @@ class Encoder:
     def __repr__(self):
         return (
             f"Encoder(model={self.model!r}, pooling={self.pooling!r}, "
-            f"max_len={self.max_len}, threads={self.threads}, dimension={self.dimension})"
+            f"max_len={self.max_len}, threads={self.threads}, precision={self.precision!r}, "
+            f"weighting={self.weighting!r}, dimension={self.dimension})"
         )

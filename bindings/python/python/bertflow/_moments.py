@@ -3,7 +3,14 @@
 import numpy as np
 
 from . import _bertflow
-from ._calibrators import Calibrator, _from_fitted, _source_args, as_matrix, calibrator
+from ._calibrators import (
+    Calibrator,
+    _from_fitted,
+    _source_args,
+    _with_source,
+    as_matrix,
+    calibrator,
+)
 
 
 def _inner_class():
@@ -85,11 +92,8 @@ class MomentStats:
         c = calibrator(spec) if isinstance(spec, (str, Calibrator)) else None
         if c is None:
             raise TypeError("spec must be a spec string or an unfitted bertflow calibrator")
-        args = _source_args(source)
-        fitted = self._inner.fit(c._spec())
-        if args is not None:
-            fitted = fitted.with_source(**args)
-        return _from_fitted(fitted)
+        _source_args(source)  # type check before the work
+        return _from_fitted(_with_source(self._inner.fit(c._spec()), source))
 
     @property
     def dim(self):
