@@ -1,39 +1,10 @@
 //! The `bertflow` binary end to end on small inputs: output formats, the cache,
 //! calibrator files, and every kind of bad input.
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model() -> String {
-    let p = repo().join("models/all-MiniLM-L6-v2");
-    assert!(
-        p.join("model.safetensors").is_file(),
-        "run scripts/fetch_model.sh first"
-    );
-    p.to_string_lossy().into_owned()
-}
-
-fn data() -> String {
-    std::env::var("BERTFLOW_DATA").unwrap_or_else(|_| {
-        repo()
-            .join("../shared/data/sts")
-            .to_string_lossy()
-            .into_owned()
-    })
-}
-
-fn bertflow(args: &[&str], cache: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bertflow"))
-        .args(args)
-        .env("BERTFLOW_CACHE", cache)
-        .env("BERTFLOW_MODEL", model())
-        .env("BERTFLOW_DATA", data())
-        .output()
-        .expect("run bertflow")
-}
+mod common;
+use common::{bertflow, model, ok};
 
 /// `bertflow encode -i INPUT -o OUTPUT EXTRA...`
 fn encode(input: &Path, output: &Path, extra: &[&str], cache: &Path) -> Output {
@@ -46,16 +17,6 @@ fn encode(input: &Path, output: &Path, extra: &[&str], cache: &Path) -> Output {
     ];
     args.extend_from_slice(extra);
     bertflow(&args, cache)
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "bertflow failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn fails_with(out: &Output, needles: &[&str]) {
