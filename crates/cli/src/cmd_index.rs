@@ -1,16 +1,17 @@
-//! `bertflow index build|add|info`: a persistent search index for `serve --index`.
+//! `bertflow index build|add|ann|info|verify`: a persistent search index for
+//! `serve --index`.
 //!
 //! The corpus is embedded once (with the model, pooling and calibrator given) and written
-//! to one checksummed file (bertflow-index) that `serve --index` memory-maps at start-up.
+//! to one checksummed file (bertflow-index) that `serve --index` memory-maps at start-up;
+//! `--ann` also stores an HNSW graph next to it. The work is in `bertflow_core::indexing`.
 use crate::args::{parse_pooling, ModelArgs};
-use crate::calib::{model_identity, LoadedCalibrator};
-use crate::io::{read_sentences, EmptyLines};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_calib::Calibrator;
-use bertflow_encoder::{EncodeOptions, Encoder, Pooling};
-use bertflow_index::{Identity, Index, IndexWriter};
-use bertflow_server::{Hit, SearchIndex};
+use bertflow_core::indexing::{build_ann, embed_into_index, index_identity};
+use bertflow_core::io::{read_sentences, EmptyLines};
+use bertflow_core::LoadedCalibrator;
+use bertflow_encoder::Pooling;
+use bertflow_index::{AnnFiles, AnnParams, Index, IndexWriter};
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 
@@ -22,13 +23,22 @@ pub struct IndexArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum IndexCommand {
-    /// Embed a corpus once and write it to a new index file.
+    /// Embed a corpus once and write it to a new index file (and, with --ann, its HNSW graph).
     Build(BuildArgs),
     /// Embed more sentences and append them to an existing index (made with the same
-    /// model, pooling and calibrator), without re-embedding what is there.
+    /// model, pooling and calibrator), without re-embedding or rewriting what is there.
+    /// An HNSW graph next to it is extended with the new sentences.
     Add(AddArgs),
-    /// Print an index's identity and size, after checking every checksum.
+    /// Build (or extend, after `index add`) the HNSW graph of an index for `serve --ann`.
+    Ann(AnnArgs),
+    /// Print an index's identity and size (checks the footer and layout, not every page).
     Info {
+        /// The index file.
+        #[arg(long, value_name = "FILE")]
+        index: PathBuf,
+    },
+    /// Check every checksum of an index (reads the whole file) and of its HNSW graph.
+    Verify {
         /// The index file.
         #[arg(long, value_name = "FILE")]
         index: PathBuf,
@@ -56,9 +66,29 @@ pub struct EmbedSettings {
     /// Treat the corpus as JSONL whatever its extension.
     #[arg(long)]
     pub corpus_jsonl: bool,
-    /// Sentences embedded and written per segment.
+    /// Sentences embedded and written per segment (bounds the memory used).
     #[arg(long, default_value_t = 8192, value_name = "N")]
     pub chunk: usize,
+}
+
+/// HNSW parameters.
+#[derive(Args, Debug)]
+pub struct HnswArgs {
+    /// Neighbours per point and layer (M): more is slower to build, bigger, and finds more.
+    #[arg(long = "hnsw-m", default_value_t = AnnParams::default().m, value_name = "M")]
+    pub m: usize,
+    /// Candidates explored while inserting (efConstruction).
+    #[arg(long, default_value_t = AnnParams::default().ef_construction, value_name = "N")]
+    pub ef_construction: usize,
+}
+
+impl HnswArgs {
+    fn params(&self) -> AnnParams {
+        AnnParams {
+            m: self.m,
+            ef_construction: self.ef_construction,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -68,6 +98,11 @@ pub struct BuildArgs {
     /// The index file to write (replaced once complete).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
+    /// Also build the HNSW graph for approximate search (`serve --ann`).
+    #[arg(long)]
+    pub ann: bool,
+    #[command(flatten)]
+    pub hnsw: HnswArgs,
 }
 
 #[derive(Args, Debug)]
@@ -79,168 +114,124 @@ pub struct AddArgs {
     pub index: PathBuf,
 }
 
-/// The identity of the vectors made by this encoder, pooling and calibrator.
-pub fn identity(
-    encoder: &Encoder,
-    pooling: &Pooling,
-    calibrator: Option<&LoadedCalibrator>,
-) -> Result<Identity> {
-    let dimension = calibrator.map_or(encoder.dim(), |c| c.fitted.output_dim());
-    let calibrator = match calibrator {
-        Some(c) => Some(format!(
-            "{} {}",
-            c.describe(),
-            bertflow_index::file_digest(&c.path)?
-        )),
-        None => None,
-    };
-    Ok(Identity {
-        model: model_identity(encoder),
-        pooling: pooling.to_string(),
-        calibrator,
-        dimension,
-    })
+#[derive(Args, Debug)]
+pub struct AnnArgs {
+    /// The index file.
+    #[arg(long, value_name = "FILE")]
+    pub index: PathBuf,
+    /// Build a new graph even if one covering part of the index exists.
+    #[arg(long)]
+    pub rebuild: bool,
+    #[command(flatten)]
+    pub hnsw: HnswArgs,
 }
 
-struct Loaded {
-    encoder: Encoder,
-    calibrator: Option<LoadedCalibrator>,
-    identity: Identity,
-}
-
-fn load(s: &EmbedSettings) -> Result<Loaded> {
+/// Embed the corpus into `writer`, checking the settings first.
+fn embed(
+    s: &EmbedSettings,
+    writer: impl FnOnce(&bertflow_index::Identity) -> Result<IndexWriter>,
+) -> Result<(usize, u64)> {
     let calibrator = s
         .calibrator
         .as_deref()
         .map(|p| LoadedCalibrator::open(p, s.allow_mismatch))
         .transpose()?;
-    let encoder = Encoder::load(&s.model.model, s.model.max_len)
-        .with_context(|| format!("cannot load model '{}'", s.model.model))?;
-    if let Some(c) = &calibrator {
-        c.check(&encoder, &s.pooling)?;
-    }
-    let identity = identity(&encoder, &s.pooling, calibrator.as_ref())?;
-    Ok(Loaded {
-        encoder,
-        calibrator,
-        identity,
-    })
-}
-
-/// Embed the corpus chunk by chunk and write each chunk as a segment.
-fn embed_into(s: &EmbedSettings, loaded: &Loaded, writer: &mut IndexWriter) -> Result<usize> {
     let texts = read_sentences(&s.corpus, s.corpus_jsonl, EmptyLines::Skip)
         .context("cannot read the corpus")?
         .texts;
     if texts.is_empty() {
         anyhow::bail!("the corpus {} holds no sentence", s.corpus.display());
     }
-    let source = loaded.encoder.source(&s.pooling)?;
-    let threads = s.model.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
-    let opts = EncodeOptions {
-        batch_size: s.model.batch_size.max(1),
-        threads,
-    };
-    let mut done = 0;
-    for chunk in texts.chunks(s.chunk.max(1)) {
-        let out = loaded
-            .encoder
-            .encode(chunk, std::slice::from_ref(&source), &opts, &|_| {})
-            .context("encoding failed")?;
-        let raw = out
-            .embeddings
-            .into_iter()
-            .next()
-            .context("the encoder returned no embeddings")?;
-        let vectors = match &loaded.calibrator {
-            Some(c) => c.apply(raw.view())?,
-            None => raw,
-        };
-        let vectors = vectors.as_standard_layout();
-        let flat = vectors.as_slice().context("vectors are not contiguous")?;
-        writer.add(flat, chunk)?;
-        done += chunk.len();
-        progress::note(format!("embedded {done} / {} sentences", texts.len()));
+    let embedder = s.model.load()?;
+    if let Some(c) = &calibrator {
+        c.check(&embedder.encoder, &s.pooling, &*progress::handle())?;
     }
-    Ok(done)
+    let identity = index_identity(&embedder.encoder, &s.pooling, calibrator.as_ref())?;
+    let mut writer = writer(&identity)?;
+    let added = embed_into_index(
+        &embedder,
+        &s.pooling,
+        calibrator.as_ref(),
+        &texts,
+        s.chunk,
+        &mut writer,
+    )?;
+    Ok((added, writer.finish()?))
+}
+
+fn ann(index: &Path, params: AnnParams, rebuild: bool) -> Result<()> {
+    let started = std::time::Instant::now();
+    let built = build_ann(index, params, rebuild, &*progress::handle())?;
+    println!(
+        "{} the HNSW graph of {}: {} points inserted, {} in all ({:.1} s)",
+        if built.extended { "extended" } else { "built" },
+        index.display(),
+        built.inserted,
+        built.total,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 pub fn run(a: IndexArgs) -> Result<()> {
     match a.command {
         IndexCommand::Build(b) => {
-            let loaded = load(&b.settings)?;
-            let mut writer = IndexWriter::create(&b.output, loaded.identity.clone())?;
-            embed_into(&b.settings, &loaded, &mut writer)?;
-            let total = writer.finish()?;
-            println!("wrote {} sentences to {}", total, b.output.display());
+            let (_, total) = embed(&b.settings, |id| {
+                Ok(IndexWriter::create(&b.output, id.clone())?)
+            })?;
+            println!("wrote {total} sentences to {}", b.output.display());
+            let stale = AnnFiles::of(&b.output);
+            if b.ann {
+                ann(&b.output, b.hnsw.params(), true)?;
+            } else if stale.exist() {
+                // A graph of the file this one replaced would be refused anyway.
+                std::fs::remove_file(&stale.meta)
+                    .with_context(|| format!("cannot remove {}", stale.meta.display()))?;
+            }
         }
         IndexCommand::Add(add) => {
-            let loaded = load(&add.settings)?;
-            let mut writer = IndexWriter::append(&add.index, &loaded.identity)?;
-            let added = embed_into(&add.settings, &loaded, &mut writer)?;
-            let total = writer.finish()?;
+            let (added, total) =
+                embed(&add.settings, |id| Ok(IndexWriter::append(&add.index, id)?))?;
             println!(
                 "added {added} sentences to {} ({total} in all)",
                 add.index.display()
             );
+            if AnnFiles::of(&add.index).exist() {
+                ann(&add.index, AnnParams::default(), false)?;
+            }
         }
+        IndexCommand::Ann(x) => ann(&x.index, x.hnsw.params(), x.rebuild)?,
         IndexCommand::Info { index } => {
-            let opened = Index::open(&index, true)?;
+            let opened = Index::open(&index, false)?;
             let id = opened.identity();
             println!(
-                "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}",
+                "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}, precision {}, HNSW graph {}",
                 index.display(),
                 opened.len(),
                 opened.segments(),
                 id.dimension,
                 id.model,
                 id.pooling,
-                id.calibrator.as_deref().unwrap_or("none")
+                id.calibrator.as_deref().unwrap_or("none"),
+                id.precision,
+                if AnnFiles::of(&index).exist() { "yes" } else { "no" }
+            );
+        }
+        IndexCommand::Verify { index } => {
+            let started = std::time::Instant::now();
+            let opened = std::sync::Arc::new(Index::open(&index, true)?);
+            let graph = bertflow_index::Ann::load(std::sync::Arc::clone(&opened), &index)?;
+            println!(
+                "{}: every checksum matches ({} sentences{}; {:.1} s)",
+                index.display(),
+                opened.len(),
+                match &graph {
+                    Some(g) => format!(", HNSW graph of {} points", g.len()),
+                    None => String::new(),
+                },
+                started.elapsed().as_secs_f64()
             );
         }
     }
     Ok(())
-}
-
-/// A memory-mapped index as the server's search index.
-pub struct MappedIndex(pub Index);
-
-impl MappedIndex {
-    /// Open `path` (checking every checksum unless `verify` is false) and refuse it unless
-    /// it was built with `wanted`.
-    pub fn open(path: &Path, verify: bool, wanted: &Identity) -> Result<Self> {
-        let index = Index::open(path, verify)
-            .with_context(|| format!("cannot open the index {}", path.display()))?;
-        index
-            .identity()
-            .check_matches(wanted)
-            .with_context(|| format!("refusing the index {}", path.display()))?;
-        Ok(Self(index))
-    }
-}
-
-impl SearchIndex for MappedIndex {
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn dimension(&self) -> usize {
-        self.0.identity().dimension
-    }
-
-    fn search(&self, query: &[f32], top_k: usize) -> std::result::Result<Vec<Hit>, String> {
-        let ranked = self.0.search(query, top_k).map_err(|e| e.to_string())?;
-        ranked
-            .into_iter()
-            .map(|(index, score)| {
-                Ok(Hit {
-                    index,
-                    text: self.0.text(index).map_err(|e| e.to_string())?.to_owned(),
-                    score: f64::from(score),
-                })
-            })
-            .collect()
-    }
 }

@@ -255,6 +255,17 @@ fn corruption_is_detected() {
     std::fs::write(&bad_path, &bytes).unwrap();
     assert!(Index::open(&bad_path, false).is_ok());
     assert!(Index::open(&bad_path, true).is_err());
+    // A damaged text offset in the middle of a segment: the cheap open does not read
+    // it, but the text it bounds is an error (not a panic), and verification fails.
+    let mut bytes = good.clone();
+    let offsets = 64 + 30 * d * 4;
+    bytes[offsets + 5 * 8..offsets + 6 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&bad_path, &bytes).unwrap();
+    let index = Index::open(&bad_path, false).unwrap();
+    assert!(matches!(index.text(4), Err(IndexError::Corrupt(_))));
+    assert!(matches!(index.text(5), Err(IndexError::Corrupt(_))));
+    assert!(index.text(6).is_ok());
+    assert!(matches!(index.verify(), Err(IndexError::Corrupt(_))));
 }
 
 #[test]

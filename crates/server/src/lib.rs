@@ -1,9 +1,11 @@
 //! # bertflow-server
 //!
-//! An HTTP server for calibrated BERT sentence embeddings. It does not depend
-//! on the model code: the caller implements [`EmbedBackend`] (the `bertflow`
-//! CLI does so with the BERT encoder plus calibrator) and hands it to
-//! [`serve`], [`serve_addr`] or [`run`].
+//! An HTTP server for calibrated BERT sentence embeddings. The HTTP layer does
+//! not depend on the model code: the caller hands an [`EmbedBackend`] to
+//! [`serve`], [`serve_addr`] or [`run`]. With the feature `model`, the module
+//! `model` provides the real one (`ModelBackend`: the BERT encoder, a pooling
+//! and a calibrator) and a memory-mapped `bertflow index` file as a
+//! [`SearchIndex`] (`MappedIndex`, exact or HNSW).
 //!
 //! ## Endpoints
 //!
@@ -105,7 +107,10 @@ mod error;
 mod index;
 mod logging;
 mod metrics;
+#[cfg(feature = "model")]
+pub mod model;
 mod openapi;
+mod search;
 mod tools;
 
 use std::future::Future;
