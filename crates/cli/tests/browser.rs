@@ -119,9 +119,10 @@ fn playground_answers_in_a_real_browser() {
     // The 3 x 3 table: symmetric scores, guitar~music above guitar~onion.
     let rows = select(&doc, "#sim tr");
     assert_eq!(rows.len(), 4, "{dom}");
+    // Row r, column c (1-based, as numbered on the page).
     let cell = |r: usize, c: usize| -> f64 {
         let cells: Vec<_> = rows[r].select(&Selector::parse("td.v").unwrap()).collect();
-        text(&cells[c]).parse().unwrap()
+        text(&cells[c - 1]).parse().unwrap()
     };
     assert_eq!(cell(1, 1), 1.0);
     assert_eq!(cell(1, 2), cell(2, 1));
