@@ -295,11 +295,17 @@ fn ann_graph_is_built_stored_and_served() {
     );
 
     let s = Server::start(&["--index", idx_s, "--ann", "--ef-search", "32"]).unwrap();
-    let info: Value = serde_json::from_str(&s.get("/info").1).unwrap();
-    assert_eq!(
-        info["search_method"],
-        "hnsw(m=8, ef_construction=32, ef_search=32)"
-    );
+    // The graph loads in the background (exact search meanwhile).
+    let mut method = Value::Null;
+    for _ in 0..200 {
+        let info: Value = serde_json::from_str(&s.get("/info").1).unwrap();
+        method = info["search_method"].clone();
+        if method != "exact (HNSW graph loading)" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(method, "hnsw(m=8, ef_construction=32, ef_search=32)");
     let query = json!({"query": "a musician performs", "top_k": 12});
     let approx = hits(&s.post("/search", &query));
     drop(s);

@@ -156,7 +156,54 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, IndexError> {
         .map_err(|_| IndexError::Corrupt(format!("the HNSW library failed while {what}")))
 }
 
+/// The metadata of the graph stored next to `index_path`, checked against
+/// `index` (format version, and the segments it covers); `None` if none is stored.
+fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMeta>, IndexError> {
+    let files = AnnFiles::of(index_path);
+    if !files.exist() {
+        return Ok(None);
+    }
+    let json = std::fs::read(&files.meta).map_err(io(&files.meta))?;
+    let meta: AnnMeta = serde_json::from_slice(&json).map_err(|e| {
+        IndexError::Corrupt(format!("{}: bad HNSW metadata: {e}", files.meta.display()))
+    })?;
+    if meta.format_version != ANN_FORMAT_VERSION {
+        return Err(IndexError::Invalid(format!(
+            "{}: HNSW format version {} is not supported (this build reads {ANN_FORMAT_VERSION})",
+            files.meta.display(),
+            meta.format_version
+        )));
+    }
+    if index.prefix_id(meta.segments).as_deref() != Some(meta.prefix_id.as_str()) {
+        return Err(IndexError::Mismatch(format!(
+            "the HNSW graph {} was built for another index; rebuild it with `bertflow index ann --index {}`",
+            files.graph.display(),
+            index_path.display()
+        )));
+    }
+    Ok(Some(meta))
+}
+
+/// What a stored graph holds, read from its metadata without loading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredAnn {
+    /// Points in the graph (rows `0..points` of the index).
+    pub points: usize,
+    /// Its parameters.
+    pub params: AnnParams,
+}
+
 impl Ann {
+    /// The graph stored next to `index_path`, checked against `index` from its
+    /// metadata only (cheap; [`Ann::load`] checks the files' CRC-32s and reads
+    /// them, which takes seconds for a million points). `None` if none is stored.
+    pub fn stored(index: &Index, index_path: &Path) -> Result<Option<StoredAnn>, IndexError> {
+        Ok(read_meta(index, index_path)?.map(|m| StoredAnn {
+            points: m.count as usize,
+            params: m.params,
+        }))
+    }
+
     /// Build a graph over every row of `index`. `progress` is called with the
     /// number of rows inserted so far. Uses every core (rayon).
     pub fn build(
@@ -282,27 +329,9 @@ impl Ann {
     /// `index add` afterwards) is returned as it is; [`Ann::covers`] tells.
     pub fn load(index: Arc<Index>, index_path: &Path) -> Result<Option<Self>, IndexError> {
         let files = AnnFiles::of(index_path);
-        if !files.exist() {
+        let Some(meta) = read_meta(&index, index_path)? else {
             return Ok(None);
-        }
-        let json = std::fs::read(&files.meta).map_err(io(&files.meta))?;
-        let meta: AnnMeta = serde_json::from_slice(&json).map_err(|e| {
-            IndexError::Corrupt(format!("{}: bad HNSW metadata: {e}", files.meta.display()))
-        })?;
-        if meta.format_version != ANN_FORMAT_VERSION {
-            return Err(IndexError::Invalid(format!(
-                "{}: HNSW format version {} is not supported (this build reads {ANN_FORMAT_VERSION})",
-                files.meta.display(),
-                meta.format_version
-            )));
-        }
-        if index.prefix_id(meta.segments).as_deref() != Some(meta.prefix_id.as_str()) {
-            return Err(IndexError::Mismatch(format!(
-                "the HNSW graph {} was built for another index; rebuild it with `bertflow index ann --index {}`",
-                files.graph.display(),
-                index_path.display()
-            )));
-        }
+        };
         for (path, bytes, crc) in [
             (&files.graph, meta.graph_bytes, meta.graph_crc32),
             (&files.data, meta.data_bytes, meta.data_crc32),

@@ -4,7 +4,7 @@
 //! [`SearchIndex`]. The HTTP layer itself does not depend on this module.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bertflow_core::indexing::index_identity;
 use bertflow_core::LoadedCalibrator;
@@ -155,7 +155,8 @@ pub struct IndexOptions {
     /// Check every segment's CRC-32 at start-up (reads the whole file; without
     /// it only the footer, layout and text offsets are checked).
     pub verify: bool,
-    /// Search with the HNSW graph stored next to the index (error if absent).
+    /// Search with the HNSW graph stored next to the index (error if absent or
+    /// stale). It loads in the background; searches are exact until it is ready.
     pub ann: bool,
     /// Candidates explored per approximate query (at least `top_k`).
     pub ef_search: usize,
@@ -171,10 +172,14 @@ impl Default for IndexOptions {
     }
 }
 
+/// The HNSW graph, loaded on a background thread: reading a graph of a
+/// million points takes seconds, and the server answers (exactly) meanwhile.
+type Graph = Arc<OnceLock<Result<Ann, String>>>;
+
 /// A memory-mapped `bertflow index` file as the server's search index.
 pub struct MappedIndex {
     index: Arc<Index>,
-    ann: Option<Ann>,
+    ann: Option<Graph>,
     ef_search: usize,
     /// Non-fatal differences (e.g. precision), for the operator.
     pub notes: Vec<String>,
@@ -194,8 +199,10 @@ impl MappedIndex {
         let notes = index.identity().notes(wanted);
         let index = Arc::new(index);
         let ann = if options.ann {
-            let ann = Ann::load(Arc::clone(&index), path)
-                .map_err(|e| format!("cannot load the HNSW graph of {}: {e}", path.display()))?
+            // The metadata is checked now (a missing, foreign or stale graph stops the
+            // start-up); the graph itself is checked and read in the background.
+            let stored = Ann::stored(&index, path)
+                .map_err(|e| format!("cannot use the HNSW graph of {}: {e}", path.display()))?
                 .ok_or_else(|| {
                     format!(
                         "--ann: {} has no HNSW graph; build it with `bertflow index ann --index {}`",
@@ -203,17 +210,42 @@ impl MappedIndex {
                         path.display()
                     )
                 })?;
-            if !ann.covers() {
+            if stored.points != index.len() {
                 return Err(format!(
                     "the HNSW graph of {} covers {} of its {} sentences (the index was extended \
                      by `index add` since); extend it with `bertflow index ann --index {}`",
                     path.display(),
-                    ann.len(),
+                    stored.points,
                     index.len(),
                     path.display()
                 ));
             }
-            Some(ann)
+            let graph: Graph = Arc::new(OnceLock::new());
+            let (slot, index, path) = (Arc::clone(&graph), Arc::clone(&index), path.to_owned());
+            std::thread::Builder::new()
+                .name("bertflow-hnsw-load".into())
+                .spawn(move || {
+                    let started = std::time::Instant::now();
+                    let loaded = match Ann::load(index, &path) {
+                        Ok(Some(ann)) => Ok(ann),
+                        Ok(None) => Err("the graph files disappeared".to_owned()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match &loaded {
+                        Ok(ann) => tracing::info!(
+                            points = ann.len(),
+                            seconds = started.elapsed().as_secs_f64(),
+                            "HNSW graph loaded: /search is approximate from now on"
+                        ),
+                        Err(e) => tracing::error!(
+                            error = %e,
+                            "cannot load the HNSW graph: /search stays exact"
+                        ),
+                    }
+                    let _ = slot.set(loaded);
+                })
+                .map_err(|e| format!("cannot start the HNSW loader: {e}"))?;
+            Some(graph)
         } else {
             None
         };
@@ -246,9 +278,9 @@ impl SearchIndex for MappedIndex {
     }
 
     fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String> {
-        let ranked = match &self.ann {
-            Some(ann) => ann.search(query, top_k, self.ef_search),
-            None => self.index.search(query, top_k),
+        let ranked = match self.ann.as_ref().and_then(|g| g.get()) {
+            Some(Ok(ann)) => ann.search(query, top_k, self.ef_search),
+            _ => self.index.search(query, top_k),
         }
         .map_err(|e| e.to_string())?;
         ranked
@@ -268,13 +300,15 @@ impl SearchIndex for MappedIndex {
     }
 
     fn method(&self) -> String {
-        match &self.ann {
-            Some(ann) => format!(
+        match self.ann.as_ref().map(|g| g.get()) {
+            Some(Some(Ok(ann))) => format!(
                 "hnsw(m={}, ef_construction={}, ef_search={})",
                 ann.params().m,
                 ann.params().ef_construction,
                 self.ef_search
             ),
+            Some(Some(Err(e))) => format!("exact (the HNSW graph failed to load: {e})"),
+            Some(None) => "exact (HNSW graph loading)".into(),
             None => "exact".into(),
         }
     }
