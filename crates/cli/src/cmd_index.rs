@@ -183,10 +183,14 @@ pub fn run(a: IndexArgs) -> Result<()> {
             let stale = AnnFiles::of(&b.output);
             if b.ann {
                 ann(&b.output, b.hnsw.params(), true)?;
-            } else if stale.exist() {
+            } else {
                 // A graph of the file this one replaced would be refused anyway.
-                std::fs::remove_file(&stale.meta)
-                    .with_context(|| format!("cannot remove {}", stale.meta.display()))?;
+                for f in [&stale.meta, &stale.graph, &stale.data] {
+                    if f.exists() {
+                        std::fs::remove_file(f)
+                            .with_context(|| format!("cannot remove {}", f.display()))?;
+                    }
+                }
             }
         }
         IndexCommand::Add(add) => {
