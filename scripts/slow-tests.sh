@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The slow real-data group: every STS regression test on all seven tasks
 # (about 2 minutes on 2 cores), then the Python package's slow tests (all
-# seven tasks against the CLI, the abi3 wheel build). CI runs the reduced
+# seven tasks against the CLI, the abi3 wheel build), and the headless-browser checks
+# of the playground page and the report. CI runs the reduced
 # versions via scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,5 +10,12 @@ scripts/fetch_model.sh
 cargo test --release --locked -p bertflow --test sts_scores -- --ignored "$@"
 # int8 encoder: mean cosine to fp32 >= 0.99 over the unique sentences of STS-B test.
 cargo test --release --locked -p bertflow-encoder --test int8 -- --ignored "$@"
+# Headless Chromium (Debian's package) opens the playground and the report; the tests
+# skip with a message when no browser can be had.
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+    || echo "could not install chromium: the browser tests will be skipped"
+fi
+cargo test --release --locked -p bertflow --test browser -- --ignored "$@"
 scripts/python-env.sh
 .venv/bin/python -m pytest -q -m slow bindings/python/tests

@@ -1,26 +1,25 @@
 //! `bertflow serve`: calibrated embeddings, similarity and search over HTTP.
 //!
 //! The HTTP side (routes, batching, back-pressure, errors, graceful shutdown)
-//! lives in `bertflow-server`; this module plugs the BERT encoder, the pooling
-//! and an optional calibrator into it as an [`EmbedBackend`].
+//! and the model backend (`bertflow_server::model`) live in `bertflow-server`;
+//! this module parses the options, loads the model, calibrator and index, and
+//! starts it.
 use crate::args::{parse_pooling, ModelArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_calib::Calibrator;
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::LoadedCalibrator;
-use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
-use bertflow_server::{
-    ApiKeys, BackendError, BackendInfo, EmbedBackend, Embedded, LogFormat, ServerConfig, Tokenized,
-};
+use bertflow_encoder::{Encoder, Pooling};
+use bertflow_server::model::{IndexOptions, MappedIndex, ModelBackend};
+use bertflow_server::{ApiKeys, EmbedBackend, LogFormat, ServerConfig};
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 const AFTER_HELP: &str =
-    "Endpoints: POST /v1/embeddings (OpenAI shape), POST /similarity, POST /search \
-(needs --corpus), GET /health, GET /info, GET /metrics (Prometheus text format). Vectors are \
-not L2-normalised.
+    "Endpoints: GET / (a playground page), POST /v1/embeddings (OpenAI shape), POST /similarity, \
+POST /search (needs --corpus or --index), POST /tokenize, GET /health, GET /info, GET /metrics (Prometheus text format), GET /openapi.json. \
+Vectors are not L2-normalised.
 
 Concurrent requests are packed into batches of at most --max-batch-size inputs and \
 --max-batch-tokens tokens; each of the --workers batch workers runs one batch at a time on one \
@@ -51,6 +50,24 @@ pub struct ServeArgs {
     /// a corpus, /search answers 404 no_corpus.
     #[arg(long, value_name = "FILE")]
     pub corpus: Option<PathBuf>,
+    /// A search index written by `bertflow index build` (memory-mapped: ready at once,
+    /// nothing is embedded at start-up). It must have been built with this model, pooling
+    /// and calibrator; otherwise serve refuses to start. Exclusive with --corpus.
+    #[arg(long, value_name = "FILE", conflicts_with = "corpus")]
+    pub index: Option<PathBuf>,
+    /// Check every checksum of --index at start-up (reads the whole file: about a second
+    /// per 1.5 GB from the page cache). Without it only the footer, the layout and the text
+    /// offsets are checked; `bertflow index verify` checks the rest at any time.
+    #[arg(long, requires = "index")]
+    pub index_verify: bool,
+    /// Search --index approximately with its HNSW graph (built by `bertflow index build
+    /// --ann` or `bertflow index ann`) instead of scanning every vector.
+    #[arg(long, requires = "index")]
+    pub ann: bool,
+    /// Candidates explored per approximate query (at least top_k): higher is slower and
+    /// finds more of the exact top_k.
+    #[arg(long, default_value_t = 64, value_name = "N", requires = "ann")]
+    pub ef_search: usize,
     /// Treat the --corpus file as JSONL whatever its extension.
     #[arg(long, requires = "corpus")]
     pub corpus_jsonl: bool,
@@ -143,131 +160,6 @@ impl std::fmt::Debug for SecretKey {
     }
 }
 
-/// The BERT encoder with one pooling and an optional calibrator, as the
-/// server's model.
-struct ModelBackend {
-    encoder: Encoder,
-    source: PoolSource,
-    calibrator: Option<LoadedCalibrator>,
-    opts: EncodeOptions,
-    info: BackendInfo,
-}
-
-impl ModelBackend {
-    fn new(
-        encoder: Encoder,
-        pooling: &Pooling,
-        calibrator: Option<LoadedCalibrator>,
-        batch_size: usize,
-    ) -> Result<Self> {
-        let source = encoder
-            .source(pooling)
-            .with_context(|| format!("pooling {pooling} does not apply to this model"))?;
-        let info = BackendInfo {
-            model_id: encoder.model_id().to_string(),
-            pooling: pooling.to_string(),
-            calibrator: calibrator.as_ref().map(LoadedCalibrator::describe),
-            dimension: calibrator
-                .as_ref()
-                .map_or(encoder.dim(), |c| c.fitted.output_dim()),
-            max_len: encoder.max_len(),
-        };
-        // One core per call: parallelism comes from the server's batch workers.
-        let opts = EncodeOptions {
-            batch_size: batch_size.max(1),
-            threads: 1,
-        };
-        Ok(Self {
-            encoder,
-            source,
-            calibrator,
-            opts,
-            info,
-        })
-    }
-}
-
-impl EmbedBackend for ModelBackend {
-    fn info(&self) -> BackendInfo {
-        self.info.clone()
-    }
-
-    fn tokenize_len(&self, text: &str) -> usize {
-        // A text the tokenizer refuses costs a full sequence; `embed` then reports the error.
-        self.encoder
-            .tokenizer()
-            .encode(text)
-            .map_or(self.encoder.max_len(), |ids| ids.len())
-    }
-
-    fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
-        // Exactly what `embed` feeds the model: [CLS] ... [SEP], cut at max_len.
-        let tokenizer = self.encoder.tokenizer();
-        let tokenized = self
-            .encoder
-            .tokenize(text)
-            .map_err(|e| BackendError::new(format!("tokenisation failed: {e}")))
-            .and_then(|(ids, truncated)| {
-                let tokens = ids
-                    .iter()
-                    .map(|&id| {
-                        tokenizer.id_to_token(id).ok_or_else(|| {
-                            BackendError::new(format!("token id {id} is not in the vocabulary"))
-                        })
-                    })
-                    .collect::<Result<Vec<String>, BackendError>>()?;
-                Ok(Tokenized {
-                    ids,
-                    tokens,
-                    truncated,
-                })
-            });
-        Some(tokenized)
-    }
-
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
-        let out = self
-            .encoder
-            .encode(
-                texts,
-                std::slice::from_ref(&self.source),
-                &self.opts,
-                &|_| {},
-            )
-            .map_err(|e| BackendError::new(format!("encoding failed: {e}")))?;
-        let raw = out
-            .embeddings
-            .into_iter()
-            .next()
-            .ok_or_else(|| BackendError::new("the encoder returned no embeddings"))?;
-        let vectors = match &self.calibrator {
-            Some(c) => c
-                .apply(raw.view())
-                .map_err(|e| BackendError::new(format!("calibrator failed: {e:#}")))?,
-            None => raw,
-        };
-        if vectors.nrows() != texts.len()
-            || out.tokens.len() != texts.len()
-            || out.truncated.len() != texts.len()
-        {
-            return Err(BackendError::new(format!(
-                "the encoder returned {} rows for {} inputs",
-                vectors.nrows(),
-                texts.len()
-            )));
-        }
-        Ok(vectors
-            .outer_iter()
-            .zip(out.tokens.iter().zip(&out.truncated))
-            .map(|(row, (&tokens, &truncated))| Embedded {
-                vector: row.to_vec(),
-                tokens,
-                truncated,
-            })
-            .collect())
-    }
-}
-
 impl ServeArgs {
     /// The keys from --api-key / BERTFLOW_API_KEY and --api-key-file. Errors name the file
     /// and line, never a key.
@@ -335,6 +227,30 @@ pub fn run(a: ServeArgs) -> Result<()> {
         c.check(&encoder, &a.pooling, &*progress::handle())?;
     }
     let backend = ModelBackend::new(encoder, &a.pooling, calibrator, a.model.batch_size)?;
+    let search_index = match &a.index {
+        Some(path) => {
+            let started = std::time::Instant::now();
+            let options = IndexOptions {
+                verify: a.index_verify,
+                ann: a.ann,
+                ef_search: a.ef_search,
+            };
+            let mapped =
+                MappedIndex::open(path, backend.identity(), options).map_err(anyhow::Error::msg)?;
+            for n in &mapped.notes {
+                progress::note(format!("note: {n}"));
+            }
+            progress::note(format!(
+                "opened the index {} ({} sentences, {} search) in {:.0} ms",
+                path.display(),
+                mapped.index().len(),
+                bertflow_server::SearchIndex::method(&mapped),
+                started.elapsed().as_secs_f64() * 1e3
+            ));
+            Some(mapped.shared())
+        }
+        None => None,
+    };
     let info = backend.info();
     progress::note(format!(
         "serving {} (pooling {}, {}, dimension {}, max_len {}) with {} batch worker(s)",
@@ -355,7 +271,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         ));
     }
     bertflow_server::init_logging(a.log_format)?;
-    let config = a.config(corpus, api_keys);
+    let mut config = a.config(corpus, api_keys);
+    config.search_index = search_index;
     // Prints "bertflow-server listening on http://ADDR" to stderr once bound, then serves
     // until SIGTERM or Ctrl-C and drains every request already received.
     bertflow_server::run(Arc::new(backend), config, &a.host, a.port)

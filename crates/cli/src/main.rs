@@ -6,6 +6,7 @@ mod cmd_compare;
 mod cmd_encode;
 mod cmd_eval;
 mod cmd_fit;
+mod cmd_index;
 mod cmd_report;
 mod cmd_serve;
 mod cmd_transform;
@@ -63,6 +64,8 @@ enum Command {
     Report(cmd_report::ReportArgs),
     /// Serve embeddings, similarity and search over HTTP (OpenAI-compatible).
     Serve(cmd_serve::ServeArgs),
+    /// Build, extend, inspect or verify a persistent search index for `serve --index`.
+    Index(cmd_index::IndexArgs),
     /// Benchmarks: encoder throughput on STS-B test, BERT-flow fit time on the
     /// 29.5k-sentence fit corpus (compare with scripts/reference/).
     Bench(cmd_bench::BenchArgs),
@@ -87,6 +90,7 @@ fn main() {
         Command::Analyze(a) => cmd_analyze::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Serve(a) => cmd_serve::run(a),
+        Command::Index(a) => cmd_index::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::Poolings => {
             print!("{}", args::pooling_help());

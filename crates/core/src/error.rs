@@ -27,6 +27,9 @@ pub enum CoreError {
     Data(#[from] bertflow_eval::DataError),
     #[error(transparent)]
     Analysis(#[from] bertflow_analysis::AnalysisError),
+    #[cfg(feature = "index")]
+    #[error(transparent)]
+    Index(#[from] bertflow_index::IndexError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
     #[error(transparent)]

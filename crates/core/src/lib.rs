@@ -11,6 +11,8 @@
 //! - [`grid`]: evaluation sets x poolings x calibrators on the STS tasks (`eval`,
 //!   `compare`, the report's table);
 //! - [`analyze`] and [`report`]: the analyses of the embedding space and the HTML report;
+//! - `indexing` (feature `index`): persistent search indexes (`index build|add|ann`)
+//!   for `serve --index`;
 //! - [`io`]: sentences in, embeddings out (`.npy`, `.jsonl`, `.safetensors`);
 //! - [`progress`]: how workflows report progress without printing.
 //!
@@ -23,6 +25,8 @@ pub mod embedder;
 pub mod error;
 pub mod fitting;
 pub mod grid;
+#[cfg(feature = "index")]
+pub mod indexing;
 pub mod io;
 pub mod matrix_file;
 pub mod progress;

@@ -23,8 +23,9 @@ use crate::error::ApiError;
 /// Route label of requests that match no route (bounded label cardinality).
 const UNMATCHED: &str = "unmatched";
 
-/// The one route served without an API key.
-const OPEN_ROUTE: &str = "/health";
+/// The routes served without an API key: liveness, and the playground page
+/// (static HTML holding no data; its own requests carry the key typed into it).
+const OPEN_ROUTES: [&str; 2] = ["/health", "/"];
 
 /// Per-request context the handlers fill in (input count, texts to log).
 #[derive(Default)]
@@ -99,7 +100,7 @@ pub(crate) async fn middleware(
     let ctx = Ctx::default();
     req.extensions_mut().insert(ctx.clone());
 
-    let authorized = if req.uri().path() == OPEN_ROUTE {
+    let authorized = if OPEN_ROUTES.contains(&req.uri().path()) {
         Ok(())
     } else {
         let header = req

@@ -1,9 +1,11 @@
 //! # bertflow-server
 //!
-//! An HTTP server for calibrated BERT sentence embeddings. It does not depend
-//! on the model code: the caller implements [`EmbedBackend`] (the `bertflow`
-//! CLI does so with the BERT encoder plus calibrator) and hands it to
-//! [`serve`], [`serve_addr`] or [`run`].
+//! An HTTP server for calibrated BERT sentence embeddings. The HTTP layer does
+//! not depend on the model code: the caller hands an [`EmbedBackend`] to
+//! [`serve`], [`serve_addr`] or [`run`]. With the feature `model`, the module
+//! `model` provides the real one (`ModelBackend`: the BERT encoder, a pooling
+//! and a calibrator) and a memory-mapped `bertflow index` file as a
+//! [`SearchIndex`] (`MappedIndex`, exact or HNSW).
 //!
 //! ## Endpoints
 //!
@@ -54,8 +56,11 @@
 //!   -d '{"query": "someone plays an instrument", "top_k": 3}'
 //! ```
 //!
-//! Exact (brute-force) cosine search over the corpus given in
-//! [`ServerConfig::corpus`], embedded at start-up through the backend.
+//! Cosine search over the corpus given in [`ServerConfig::corpus`] (embedded
+//! at start-up through the backend, searched exactly), or over the
+//! [`SearchIndex`] given in [`ServerConfig::search_index`] (e.g. a
+//! memory-mapped `bertflow index` file, exact or HNSW; `GET /info` names the
+//! method).
 //! `{"query": q, "top_k": k}` answers `{"results": [{"index": i, "text":
 //! "...", "score": s}, ...]}`, best first (ties: lower index first);
 //! `{"queries": [q, ...]}` answers `{"results": [[...], ...]}`, one list per
@@ -64,6 +69,13 @@
 //! `no_corpus`: the request is well-formed, but this server has no index to
 //! search, as it has no route to one (422 would tell the client to fix its
 //! request, which cannot help).
+//!
+//! ### `GET /`
+//!
+//! A playground page (self-contained HTML compiled into the binary): type
+//! sentences to see their pairwise cosines, and a query to see the search
+//! hits. Served without an API key: it holds no data, and its own requests
+//! carry the key typed into it.
 //!
 //! ### `GET /health`
 //!
@@ -105,7 +117,10 @@ mod error;
 mod index;
 mod logging;
 mod metrics;
+#[cfg(feature = "model")]
+pub mod model;
 mod openapi;
+mod search;
 mod tools;
 
 use std::future::Future;

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::{api, tools};
+use crate::{api, search, tools};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -17,13 +17,14 @@ use crate::{api, tools};
         title = "bertflow-server",
         description = "Calibrated BERT sentence embeddings: OpenAI-compatible /v1/embeddings, \
 similarity, search, tokenisation and metrics. When the server is started with API keys, every \
-route but /health requires 'Authorization: Bearer KEY'."
+route but /health and the playground page / requires 'Authorization: Bearer KEY'."
     ),
     paths(
         api::embeddings,
         api::similarity,
-        api::search,
+        search::search,
         tools::tokenize,
+        tools::playground,
         api::health,
         api::info,
         tools::metrics,

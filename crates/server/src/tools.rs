@@ -1,4 +1,5 @@
-//! The operator and developer routes: `POST /tokenize`, `GET /metrics`.
+//! The operator and developer routes: `POST /tokenize`, `GET /metrics`, and the
+//! playground page `GET /`.
 
 use std::sync::Arc;
 
@@ -128,4 +129,30 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Result<Respon
         HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
     );
     Ok(response)
+}
+
+// ---------------------------------------------------------------------------
+// GET /: the playground
+
+/// The playground page: one self-contained HTML file (no external assets),
+/// compiled into the binary.
+const PLAYGROUND: &str = include_str!("playground.html");
+
+/// A page to type sentences and see their calibrated similarities and search
+/// results; served without an API key (it holds no data; its requests carry
+/// the key typed into it).
+#[utoipa::path(
+    get,
+    path = "/",
+    responses((status = 200, description = "The playground page", content_type = "text/html"))
+)]
+pub(crate) async fn playground() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        )],
+        PLAYGROUND,
+    )
+        .into_response()
 }

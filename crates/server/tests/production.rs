@@ -305,7 +305,8 @@ async fn openapi_lists_every_route_and_every_route_answers() {
     assert_eq!(status, 200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{doc}");
     // Every route the router serves, with its method and a request it accepts.
-    let routes: [(&str, &str, serde_json::Value); 8] = [
+    let routes: [(&str, &str, serde_json::Value); 9] = [
+        ("get", "/", json!(null)),
         ("post", "/v1/embeddings", json!({"input": "x"})),
         ("post", "/similarity", json!({"pairs": [["x", "y"]]})),
         ("post", "/search", json!({"query": "x"})),

@@ -1,0 +1,241 @@
+//! `bertflow index build|add|ann|info|verify`: a persistent search index for
+//! `serve --index`.
+//!
+//! The corpus is embedded once (with the model, pooling and calibrator given) and written
+//! to one checksummed file (bertflow-index) that `serve --index` memory-maps at start-up;
+//! `--ann` also stores an HNSW graph next to it. The work is in `bertflow_core::indexing`.
+use crate::args::{parse_pooling, ModelArgs};
+use crate::progress;
+use anyhow::{Context, Result};
+use bertflow_core::indexing::{build_ann, embed_into_index, index_identity};
+use bertflow_core::io::{read_sentences, EmptyLines};
+use bertflow_core::LoadedCalibrator;
+use bertflow_encoder::Pooling;
+use bertflow_index::{AnnFiles, AnnParams, Index, IndexWriter};
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub struct IndexArgs {
+    #[command(subcommand)]
+    pub command: IndexCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum IndexCommand {
+    /// Embed a corpus once and write it to a new index file (and, with --ann, its HNSW graph).
+    Build(BuildArgs),
+    /// Embed more sentences and append them to an existing index (made with the same
+    /// model, pooling and calibrator), without re-embedding or rewriting what is there.
+    /// An HNSW graph next to it is extended with the new sentences.
+    Add(AddArgs),
+    /// Build (or extend, after `index add`) the HNSW graph of an index for `serve --ann`.
+    Ann(AnnArgs),
+    /// Print an index's identity and size (checks the footer and layout, not every page).
+    Info {
+        /// The index file.
+        #[arg(long, value_name = "FILE")]
+        index: PathBuf,
+    },
+    /// Check every checksum of an index (reads the whole file) and of its HNSW graph.
+    Verify {
+        /// The index file.
+        #[arg(long, value_name = "FILE")]
+        index: PathBuf,
+    },
+}
+
+/// How the vectors are made (must match at `serve --index`).
+#[derive(Args, Debug)]
+pub struct EmbedSettings {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Pooling; see `bertflow poolings`.
+    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    pub pooling: Pooling,
+    /// Calibrator file (from `bertflow fit`) applied to every vector.
+    #[arg(long, value_name = "FILE")]
+    pub calibrator: Option<PathBuf>,
+    /// Allow a calibrator fitted on another model or pooling (never another dimension).
+    #[arg(long)]
+    pub allow_mismatch: bool,
+    /// Sentences: one per line, or JSONL with a "text" field (.jsonl/.ndjson or
+    /// --corpus-jsonl). Empty lines are skipped.
+    #[arg(long, value_name = "FILE")]
+    pub corpus: PathBuf,
+    /// Treat the corpus as JSONL whatever its extension.
+    #[arg(long)]
+    pub corpus_jsonl: bool,
+    /// Sentences embedded and written per segment (bounds the memory used).
+    #[arg(long, default_value_t = 8192, value_name = "N")]
+    pub chunk: usize,
+}
+
+/// HNSW parameters.
+#[derive(Args, Debug)]
+pub struct HnswArgs {
+    /// Neighbours per point and layer (M): more is slower to build, bigger, and finds more.
+    #[arg(long = "hnsw-m", default_value_t = AnnParams::default().m, value_name = "M")]
+    pub m: usize,
+    /// Candidates explored while inserting (efConstruction).
+    #[arg(long, default_value_t = AnnParams::default().ef_construction, value_name = "N")]
+    pub ef_construction: usize,
+}
+
+impl HnswArgs {
+    fn params(&self) -> AnnParams {
+        AnnParams {
+            m: self.m,
+            ef_construction: self.ef_construction,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub settings: EmbedSettings,
+    /// The index file to write (replaced once complete).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+    /// Also build the HNSW graph for approximate search (`serve --ann`).
+    #[arg(long)]
+    pub ann: bool,
+    #[command(flatten)]
+    pub hnsw: HnswArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    #[command(flatten)]
+    pub settings: EmbedSettings,
+    /// The index file to append to.
+    #[arg(long, value_name = "FILE")]
+    pub index: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct AnnArgs {
+    /// The index file.
+    #[arg(long, value_name = "FILE")]
+    pub index: PathBuf,
+    /// Build a new graph even if one covering part of the index exists.
+    #[arg(long)]
+    pub rebuild: bool,
+    #[command(flatten)]
+    pub hnsw: HnswArgs,
+}
+
+/// Embed the corpus into `writer`, checking the settings first.
+fn embed(
+    s: &EmbedSettings,
+    writer: impl FnOnce(&bertflow_index::Identity) -> Result<IndexWriter>,
+) -> Result<(usize, u64)> {
+    let calibrator = s
+        .calibrator
+        .as_deref()
+        .map(|p| LoadedCalibrator::open(p, s.allow_mismatch))
+        .transpose()?;
+    let texts = read_sentences(&s.corpus, s.corpus_jsonl, EmptyLines::Skip)
+        .context("cannot read the corpus")?
+        .texts;
+    if texts.is_empty() {
+        anyhow::bail!("the corpus {} holds no sentence", s.corpus.display());
+    }
+    let embedder = s.model.load()?;
+    if let Some(c) = &calibrator {
+        c.check(&embedder.encoder, &s.pooling, &*progress::handle())?;
+    }
+    let identity = index_identity(&embedder.encoder, &s.pooling, calibrator.as_ref())?;
+    let mut writer = writer(&identity)?;
+    let added = embed_into_index(
+        &embedder,
+        &s.pooling,
+        calibrator.as_ref(),
+        &texts,
+        s.chunk,
+        &mut writer,
+    )?;
+    Ok((added, writer.finish()?))
+}
+
+fn ann(index: &Path, params: AnnParams, rebuild: bool) -> Result<()> {
+    let started = std::time::Instant::now();
+    let built = build_ann(index, params, rebuild, &*progress::handle())?;
+    println!(
+        "{} the HNSW graph of {}: {} points inserted, {} in all ({:.1} s)",
+        if built.extended { "extended" } else { "built" },
+        index.display(),
+        built.inserted,
+        built.total,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+pub fn run(a: IndexArgs) -> Result<()> {
+    match a.command {
+        IndexCommand::Build(b) => {
+            let (_, total) = embed(&b.settings, |id| {
+                Ok(IndexWriter::create(&b.output, id.clone())?)
+            })?;
+            println!("wrote {total} sentences to {}", b.output.display());
+            let stale = AnnFiles::of(&b.output);
+            if b.ann {
+                ann(&b.output, b.hnsw.params(), true)?;
+            } else {
+                // A graph of the file this one replaced would be refused anyway.
+                for f in [&stale.meta, &stale.graph, &stale.data] {
+                    if f.exists() {
+                        std::fs::remove_file(f)
+                            .with_context(|| format!("cannot remove {}", f.display()))?;
+                    }
+                }
+            }
+        }
+        IndexCommand::Add(add) => {
+            let (added, total) =
+                embed(&add.settings, |id| Ok(IndexWriter::append(&add.index, id)?))?;
+            println!(
+                "added {added} sentences to {} ({total} in all)",
+                add.index.display()
+            );
+            if AnnFiles::of(&add.index).exist() {
+                ann(&add.index, AnnParams::default(), false)?;
+            }
+        }
+        IndexCommand::Ann(x) => ann(&x.index, x.hnsw.params(), x.rebuild)?,
+        IndexCommand::Info { index } => {
+            let opened = Index::open(&index, false)?;
+            let id = opened.identity();
+            println!(
+                "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}, precision {}, HNSW graph {}",
+                index.display(),
+                opened.len(),
+                opened.segments(),
+                id.dimension,
+                id.model,
+                id.pooling,
+                id.calibrator.as_deref().unwrap_or("none"),
+                id.precision,
+                if AnnFiles::of(&index).exist() { "yes" } else { "no" }
+            );
+        }
+        IndexCommand::Verify { index } => {
+            let started = std::time::Instant::now();
+            let opened = std::sync::Arc::new(Index::open(&index, true)?);
+            let graph = bertflow_index::Ann::load(std::sync::Arc::clone(&opened), &index)?;
+            println!(
+                "{}: every checksum matches ({} sentences{}; {:.1} s)",
+                index.display(),
+                opened.len(),
+                match &graph {
+                    Some(g) => format!(", HNSW graph of {} points", g.len()),
+                    None => String::new(),
+                },
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! Persistent search indexes (`bertflow index build|add|ann`): a corpus embedded
+//! once with a model, pooling and optional calibrator, written to one
+//! checksummed file ([`bertflow_index`]) that `serve --index` memory-maps, and an
+//! optional HNSW graph next to it.
+use crate::calibration::{model_identity, LoadedCalibrator};
+use crate::embedder::Embedder;
+use crate::error::{Context, Result};
+use crate::progress::Progress;
+use bertflow_calib::Calibrator;
+use bertflow_encoder::{Encoder, Pooling};
+use bertflow_index::{Ann, AnnParams, Identity, Index, IndexWriter};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The identity of the vectors this encoder, pooling and calibrator make: what
+/// an index records and what `serve --index` compares. The calibrator is named
+/// by its description and a hash of its file, so a refitted calibrator (other
+/// vectors) is another identity even with the same description.
+pub fn index_identity(
+    encoder: &Encoder,
+    pooling: &Pooling,
+    calibrator: Option<&LoadedCalibrator>,
+) -> Result<Identity> {
+    let dimension = calibrator.map_or(encoder.dim(), |c| c.fitted.output_dim());
+    let calibrator = match calibrator {
+        Some(c) => Some(format!(
+            "{} {}",
+            c.describe(),
+            bertflow_index::file_digest(&c.path)?
+        )),
+        None => None,
+    };
+    Ok(Identity {
+        model: model_identity(encoder),
+        pooling: pooling.to_string(),
+        calibrator,
+        dimension,
+        precision: encoder.precision().to_string(),
+    })
+}
+
+/// Embed `texts` `chunk` sentences at a time (through the calibrator, if any)
+/// and write each chunk as a segment of `writer`. Memory is bounded by the
+/// chunk, whatever the corpus size. Returns the number of sentences written.
+pub fn embed_into_index(
+    embedder: &Embedder,
+    pooling: &Pooling,
+    calibrator: Option<&LoadedCalibrator>,
+    texts: &[String],
+    chunk: usize,
+    writer: &mut IndexWriter,
+) -> Result<usize> {
+    let source = embedder.encoder.source(pooling)?;
+    let bar = embedder
+        .progress
+        .bar(texts.len() as u64, "embedding the corpus", "sentences");
+    let mut done = 0;
+    for part in texts.chunks(chunk.max(1)) {
+        let out = embedder
+            .encoder
+            .encode(part, std::slice::from_ref(&source), &embedder.opts, &|_| {})
+            .context("encoding the corpus failed")?;
+        let raw =
+            out.embeddings.into_iter().next().ok_or_else(|| {
+                crate::CoreError::Input("the encoder returned no embeddings".into())
+            })?;
+        let vectors = match calibrator {
+            Some(c) => c.apply(raw.view())?,
+            None => raw,
+        };
+        let vectors = vectors.as_standard_layout();
+        let flat = vectors
+            .as_slice()
+            .ok_or_else(|| crate::CoreError::Input("the embeddings are not contiguous".into()))?;
+        writer.add(flat, part)?;
+        done += part.len();
+        bar.set_position(done as u64);
+    }
+    bar.finish();
+    Ok(done)
+}
+
+/// What [`build_ann`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnBuilt {
+    /// Points inserted now.
+    pub inserted: usize,
+    /// Points in the graph.
+    pub total: usize,
+    /// Whether an existing graph was extended (after `index add`) rather than built.
+    pub extended: bool,
+}
+
+/// Build the HNSW graph of the index at `path` and store it next to it; a
+/// graph already there that covers the index's first segments is extended
+/// with the rows added since (unless `rebuild`).
+pub fn build_ann(
+    path: &Path,
+    params: AnnParams,
+    rebuild: bool,
+    progress: &dyn Progress,
+) -> Result<AnnBuilt> {
+    let index = Arc::new(
+        Index::open(path, false).with_context(|| format!("cannot open {}", path.display()))?,
+    );
+    let n = index.len();
+    let bar = progress.bar(n as u64, "building the HNSW graph", "points");
+    let tick = |i: usize| bar.set_position(i as u64);
+    let existing = if rebuild {
+        None
+    } else {
+        Ann::load(Arc::clone(&index), path)?
+    };
+    let built = match existing {
+        Some(mut ann) => {
+            let inserted = ann.extend(&tick)?;
+            if inserted > 0 {
+                ann.save(path)?;
+            }
+            AnnBuilt {
+                inserted,
+                total: ann.len(),
+                extended: true,
+            }
+        }
+        None => {
+            let ann = Ann::build(index, params, &tick)?;
+            ann.save(path)?;
+            AnnBuilt {
+                inserted: ann.len(),
+                total: ann.len(),
+                extended: false,
+            }
+        }
+    };
+    bar.finish();
+    Ok(built)
+}

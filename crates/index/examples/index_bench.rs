@@ -1,0 +1,313 @@
+//! Benchmarks for BENCHMARKS.md: open time, exact and HNSW query latency, recall@10.
+//!
+//! ```text
+//! index_bench synth  --out X.idx --n 1000000 --dim 384 [--clusters 1000 --noise 0.35 --seed 1]
+//!                    [--model NAME@FINGERPRINT --pooling P]
+//! index_bench npy    --out X.idx --npy vectors.npy [--texts sentences.txt]
+//! index_bench open   --index X.idx           (time to ready, as `serve --index` opens it)
+//! index_bench ann    --index X.idx [--m 24 --ef-construction 200 --limit N]
+//! index_bench query  --index X.idx [--queries 1000 --ef 16,32,64,128 --k 10 --exact-queries 200]
+//!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
+//! ```
+//!
+//! Synthetic vectors: `clusters` centres drawn uniformly on the unit sphere, each
+//! vector a centre plus Gaussian noise of standard deviation `noise / sqrt(dim)`
+//! per component (so the noise has norm about `noise`), normalised by the
+//! writer. Queries are drawn from the same distribution (new points, not rows).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bertflow_index::{Ann, AnnParams, Identity, Index, IndexWriter};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn gauss(&mut self) -> f32 {
+        let (u, v) = (self.uniform(), self.uniform());
+        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+    }
+}
+
+struct Synth {
+    centres: Vec<f32>,
+    dim: usize,
+    noise: f32,
+}
+
+impl Synth {
+    fn new(clusters: usize, dim: usize, noise: f32, seed: u64) -> Self {
+        let mut rng = Rng(seed);
+        let mut centres = Vec::with_capacity(clusters * dim);
+        for _ in 0..clusters {
+            let c: Vec<f32> = (0..dim).map(|_| rng.gauss()).collect();
+            let n = c.iter().map(|x| x * x).sum::<f32>().sqrt();
+            centres.extend(c.iter().map(|x| x / n));
+        }
+        Self {
+            centres,
+            dim,
+            noise,
+        }
+    }
+    fn sample(&self, rng: &mut Rng, out: &mut Vec<f32>) {
+        let k = (rng.next_u64() % (self.centres.len() / self.dim) as u64) as usize;
+        let c = &self.centres[k * self.dim..(k + 1) * self.dim];
+        let s = self.noise / (self.dim as f32).sqrt();
+        out.extend(c.iter().map(|&x| x + s * rng.gauss()));
+    }
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: Option<T>) -> T {
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("bad value for {name}")),
+        None => default.unwrap_or_else(|| panic!("{name} is required")),
+    }
+}
+
+/// `--model M --pooling P` make the synthetic index look like one of that model and
+/// pooling, so that `bertflow serve --index` opens it (start-up measurement).
+fn identity(args: &[String], dim: usize) -> Identity {
+    Identity {
+        model: arg(args, "--model", Some("synthetic@0".to_string())),
+        pooling: arg(args, "--pooling", Some("none".to_string())),
+        calibrator: None,
+        dimension: dim,
+        precision: "fp32".into(),
+    }
+}
+
+/// A float32 or float64 C-order 2-D .npy file.
+fn read_npy(path: &Path) -> (Vec<f32>, usize, usize) {
+    let bytes = std::fs::read(path).expect("read npy");
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let (hlen, start) = if bytes[6] == 1 {
+        (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
+    } else {
+        (
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
+            12,
+        )
+    };
+    let header = std::str::from_utf8(&bytes[start..start + hlen]).unwrap();
+    assert!(header.contains("'fortran_order': False"));
+    let shape = &header[header.find("'shape': (").unwrap() + 10..];
+    let shape: Vec<usize> = shape[..shape.find(')').unwrap()]
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let data = &bytes[start + hlen..];
+    let v: Vec<f32> = if header.contains("<f4") {
+        data.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    } else if header.contains("<f8") {
+        data.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32)
+            .collect()
+    } else {
+        panic!("unsupported dtype in {header}")
+    };
+    (v, shape[0], shape[1])
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = args.first().cloned().unwrap_or_default();
+    match cmd.as_str() {
+        "synth" => {
+            let out: PathBuf = arg(&args, "--out", None);
+            let n: usize = arg(&args, "--n", Some(1_000_000));
+            let dim: usize = arg(&args, "--dim", Some(384));
+            let synth = Synth::new(
+                arg(&args, "--clusters", Some(1000)),
+                dim,
+                arg(&args, "--noise", Some(0.35)),
+                arg(&args, "--seed", Some(1)),
+            );
+            let started = Instant::now();
+            let mut rng = Rng(arg::<u64>(&args, "--seed", Some(1)) + 1000);
+            let mut w = IndexWriter::create(&out, identity(&args, dim)).unwrap();
+            let chunk = 65_536;
+            let mut done = 0;
+            while done < n {
+                let m = chunk.min(n - done);
+                let mut v = Vec::with_capacity(m * dim);
+                for _ in 0..m {
+                    synth.sample(&mut rng, &mut v);
+                }
+                let texts: Vec<String> = (done..done + m)
+                    .map(|i| format!("synthetic sentence {i}"))
+                    .collect();
+                w.add(&v, &texts).unwrap();
+                done += m;
+            }
+            w.finish().unwrap();
+            println!(
+                "wrote {n} x {dim} to {} in {:.1} s",
+                out.display(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        "npy" => {
+            let out: PathBuf = arg(&args, "--out", None);
+            let (v, n, dim) = read_npy(&arg::<PathBuf>(&args, "--npy", None));
+            let texts: Vec<String> = match args.iter().position(|a| a == "--texts") {
+                Some(i) => std::fs::read_to_string(&args[i + 1])
+                    .unwrap()
+                    .lines()
+                    .map(str::to_owned)
+                    .collect(),
+                None => (0..n).map(|i| format!("row {i}")).collect(),
+            };
+            assert_eq!(texts.len(), n, "one text per row");
+            let mut w = IndexWriter::create(&out, identity(&args, dim)).unwrap();
+            w.add(&v, &texts).unwrap();
+            w.finish().unwrap();
+            println!("wrote {n} x {dim} to {}", out.display());
+        }
+        "open" => {
+            let path: PathBuf = arg(&args, "--index", None);
+            let started = Instant::now();
+            let index = Index::open(&path, false).unwrap();
+            let opened = started.elapsed();
+            let started = Instant::now();
+            index.verify().unwrap();
+            let verified = started.elapsed();
+            println!(
+                "{} rows: open (footer, layout, text offsets) {:.1} ms; full verify {:.0} ms",
+                index.len(),
+                opened.as_secs_f64() * 1e3,
+                verified.as_secs_f64() * 1e3
+            );
+        }
+        "ann" => {
+            let path: PathBuf = arg(&args, "--index", None);
+            let params = AnnParams {
+                m: arg(&args, "--m", Some(AnnParams::default().m)),
+                ef_construction: arg(
+                    &args,
+                    "--ef-construction",
+                    Some(AnnParams::default().ef_construction),
+                ),
+            };
+            let index = Arc::new(Index::open(&path, false).unwrap());
+            let started = Instant::now();
+            let last = std::sync::atomic::AtomicUsize::new(0);
+            let ann = Ann::build(Arc::clone(&index), params, &|i| {
+                if i - last.load(std::sync::atomic::Ordering::Relaxed) >= 100_000 {
+                    last.store(i, std::sync::atomic::Ordering::Relaxed);
+                    eprintln!("{i} inserted, {:.0} s", started.elapsed().as_secs_f64());
+                }
+            })
+            .unwrap();
+            let built = started.elapsed();
+            ann.save(&path).unwrap();
+            let started = Instant::now();
+            let loaded = Ann::load(Arc::clone(&index), &path).unwrap().unwrap();
+            println!(
+                "HNSW m={} ef_construction={} over {} rows: build {:.1} s, load {:.2} s",
+                params.m,
+                params.ef_construction,
+                loaded.len(),
+                built.as_secs_f64(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        "query" => {
+            let path: PathBuf = arg(&args, "--index", None);
+            let k: usize = arg(&args, "--k", Some(10));
+            let index = Arc::new(Index::open(&path, false).unwrap());
+            let dim = index.identity().dimension;
+            let queries: Vec<Vec<f32>> = match args.iter().position(|a| a == "--query-npy") {
+                Some(i) => {
+                    let (v, _, d) = read_npy(Path::new(&args[i + 1]));
+                    assert_eq!(d, dim);
+                    v.chunks_exact(d).map(<[f32]>::to_vec).collect()
+                }
+                None => {
+                    let synth = Synth::new(
+                        arg(&args, "--clusters", Some(1000)),
+                        dim,
+                        arg(&args, "--noise", Some(0.35)),
+                        arg(&args, "--seed", Some(1)),
+                    );
+                    let mut rng = Rng(987_654);
+                    (0..arg::<usize>(&args, "--queries", Some(1000)))
+                        .map(|_| {
+                            let mut q = Vec::new();
+                            synth.sample(&mut rng, &mut q);
+                            q
+                        })
+                        .collect()
+                }
+            };
+            let exact_n: usize = arg(&args, "--exact-queries", Some(queries.len()));
+            let exact_n = exact_n.min(queries.len());
+            let mut exact_ms = Vec::new();
+            let truth: Vec<Vec<usize>> = queries[..exact_n]
+                .iter()
+                .map(|q| {
+                    let t = Instant::now();
+                    let r = index.search(q, k).unwrap();
+                    exact_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                    r.iter().map(|x| x.0).collect()
+                })
+                .collect();
+            exact_ms.sort_by(f64::total_cmp);
+            println!(
+                "exact: {} queries, p50 {:.2} ms, p99 {:.2} ms",
+                exact_n,
+                percentile(&exact_ms, 0.5),
+                percentile(&exact_ms, 0.99)
+            );
+            let started = Instant::now();
+            let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
+                return;
+            };
+            println!("HNSW load {:.2} s", started.elapsed().as_secs_f64());
+            let efs: String = arg(&args, "--ef", Some("16,32,64,128".to_string()));
+            for ef in efs.split(',').map(|e| e.parse::<usize>().unwrap()) {
+                let mut ms = Vec::new();
+                let mut found = 0usize;
+                for (i, q) in queries.iter().enumerate() {
+                    let t = Instant::now();
+                    let r = ann.search(q, k, ef).unwrap();
+                    ms.push(t.elapsed().as_secs_f64() * 1e3);
+                    if let Some(want) = truth.get(i) {
+                        found += r.iter().filter(|x| want.contains(&x.0)).count();
+                    }
+                }
+                ms.sort_by(f64::total_cmp);
+                println!(
+                    "hnsw ef={ef}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
+                    found as f64 / (exact_n * k) as f64,
+                    exact_n,
+                    percentile(&ms, 0.5),
+                    percentile(&ms, 0.99),
+                    queries.len()
+                );
+            }
+        }
+        _ => eprintln!("usage: index_bench synth|npy|open|ann|query ... (see the source)"),
+    }
+}

@@ -1,0 +1,433 @@
+//! Approximate search: an HNSW graph ([`hnsw_rs`]) over an index's vectors,
+//! stored next to the index so that a server loads it instead of rebuilding it.
+//!
+//! Three files sit beside `corpus.idx`:
+//!
+//! ```text
+//! corpus.idx.hnsw.graph   the graph (hnsw_rs dump format)
+//! corpus.idx.hnsw.data    the point data: one u32 per point, its row in the index
+//! corpus.idx.hnsw.json    parameters, sizes and CRC-32s of the two files, and which
+//!                         segments of the index the graph covers; written last
+//! ```
+//!
+//! The graph does not copy the vectors: a stored point is its row number, and
+//! the distance reads the row from the memory-mapped index (a query is passed as
+//! the bit patterns of its `dimension` floats, which the distance tells apart by
+//! length). The distance is `1 - cosine` on the unit vectors; the scores
+//! returned are recomputed exactly, so an approximate hit has the same score as
+//! in exact search.
+//!
+//! `index add` only appends segments, so a graph that covers the first segments
+//! stays valid: [`Ann::extend`] inserts the new rows and dumps it again.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
+use serde::{Deserialize, Serialize};
+
+use crate::{dot, Index, IndexError};
+
+/// Version of the `.hnsw.json` schema.
+pub const ANN_FORMAT_VERSION: u32 = 1;
+
+/// HNSW parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnParams {
+    /// Neighbours kept per point and layer (`M`; at most 255).
+    pub m: usize,
+    /// Candidates explored while inserting (`efConstruction`).
+    pub ef_construction: usize,
+}
+
+impl Default for AnnParams {
+    fn default() -> Self {
+        Self {
+            m: 24,
+            ef_construction: 200,
+        }
+    }
+}
+
+/// The three files of a graph stored next to `index_path`.
+#[derive(Debug, Clone)]
+pub struct AnnFiles {
+    /// `<index>.hnsw.json`.
+    pub meta: PathBuf,
+    /// `<index>.hnsw.graph`.
+    pub graph: PathBuf,
+    /// `<index>.hnsw.data`.
+    pub data: PathBuf,
+}
+
+impl AnnFiles {
+    /// The files of the graph of the index at `index_path`.
+    pub fn of(index_path: &Path) -> Self {
+        let with = |suffix: &str| {
+            let mut name = index_path.file_name().unwrap_or_default().to_os_string();
+            name.push(suffix);
+            index_path.with_file_name(name)
+        };
+        Self {
+            meta: with(".hnsw.json"),
+            graph: with(".hnsw.graph"),
+            data: with(".hnsw.data"),
+        }
+    }
+
+    /// Whether a graph is stored (its metadata file exists).
+    pub fn exist(&self) -> bool {
+        self.meta.exists()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnnMeta {
+    format_version: u32,
+    params: AnnParams,
+    /// Points in the graph: rows `0..count` of the index.
+    count: u64,
+    /// Segments of the index the graph covers, and their [`Index::prefix_id`].
+    segments: usize,
+    prefix_id: String,
+    graph_bytes: u64,
+    graph_crc32: u32,
+    data_bytes: u64,
+    data_crc32: u32,
+}
+
+/// `1 - cosine` between rows of the index (a one-element slice: the row) and
+/// queries (`dimension` elements: the floats' bit patterns).
+#[derive(Clone)]
+pub struct RowCosine {
+    index: Arc<Index>,
+}
+
+impl RowCosine {
+    fn resolve<'a>(&'a self, point: &'a [u32]) -> &'a [f32] {
+        if point.len() == 1 {
+            self.index.vector(point[0] as usize).unwrap_or(&[])
+        } else {
+            bytemuck::cast_slice(point)
+        }
+    }
+}
+
+impl Distance<u32> for RowCosine {
+    fn eval(&self, a: &[u32], b: &[u32]) -> f32 {
+        (1.0 - dot(self.resolve(a), self.resolve(b))).max(0.0)
+    }
+}
+
+/// An HNSW graph over an [`Index`].
+pub struct Ann {
+    hnsw: Hnsw<'static, u32, RowCosine>,
+    index: Arc<Index>,
+    params: AnnParams,
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
+    move |e| IndexError::Io(format!("{}: {e}", path.display()))
+}
+
+/// CRC-32 and length of a file, read in 1 MiB pieces.
+fn file_crc(path: &Path) -> Result<(u64, u32), IndexError> {
+    let mut file = File::open(path).map_err(io(path))?;
+    let mut crc = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(io(path))?;
+        if n == 0 {
+            break;
+        }
+        crc.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok((len, crc.finalize()))
+}
+
+/// A panic inside hnsw_rs (it asserts on malformed files) as an error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, IndexError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|_| IndexError::Corrupt(format!("the HNSW library failed while {what}")))
+}
+
+/// The metadata of the graph stored next to `index_path`, checked against
+/// `index` (format version, and the segments it covers); `None` if none is stored.
+fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMeta>, IndexError> {
+    let files = AnnFiles::of(index_path);
+    if !files.exist() {
+        return Ok(None);
+    }
+    let json = std::fs::read(&files.meta).map_err(io(&files.meta))?;
+    let meta: AnnMeta = serde_json::from_slice(&json).map_err(|e| {
+        IndexError::Corrupt(format!("{}: bad HNSW metadata: {e}", files.meta.display()))
+    })?;
+    if meta.format_version != ANN_FORMAT_VERSION {
+        return Err(IndexError::Invalid(format!(
+            "{}: HNSW format version {} is not supported (this build reads {ANN_FORMAT_VERSION})",
+            files.meta.display(),
+            meta.format_version
+        )));
+    }
+    if index.prefix_id(meta.segments).as_deref() != Some(meta.prefix_id.as_str()) {
+        return Err(IndexError::Mismatch(format!(
+            "the HNSW graph {} was built for another index; rebuild it with `bertflow index ann --index {}`",
+            files.graph.display(),
+            index_path.display()
+        )));
+    }
+    Ok(Some(meta))
+}
+
+/// What a stored graph holds, read from its metadata without loading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredAnn {
+    /// Points in the graph (rows `0..points` of the index).
+    pub points: usize,
+    /// Its parameters.
+    pub params: AnnParams,
+}
+
+impl Ann {
+    /// The graph stored next to `index_path`, checked against `index` from its
+    /// metadata only (cheap; [`Ann::load`] checks the files' CRC-32s and reads
+    /// them, which takes seconds for a million points). `None` if none is stored.
+    pub fn stored(index: &Index, index_path: &Path) -> Result<Option<StoredAnn>, IndexError> {
+        Ok(read_meta(index, index_path)?.map(|m| StoredAnn {
+            points: m.count as usize,
+            params: m.params,
+        }))
+    }
+
+    /// Build a graph over every row of `index`. `progress` is called with the
+    /// number of rows inserted so far. Uses every core (rayon).
+    pub fn build(
+        index: Arc<Index>,
+        params: AnnParams,
+        progress: &dyn Fn(usize),
+    ) -> Result<Self, IndexError> {
+        if params.m < 2 || params.m > 255 || params.ef_construction < params.m {
+            return Err(IndexError::Invalid(format!(
+                "HNSW parameters m={} ef_construction={}: need 2 <= m <= 255 and ef_construction >= m",
+                params.m, params.ef_construction
+            )));
+        }
+        if index.identity().dimension < 2 {
+            return Err(IndexError::Invalid(
+                "approximate search needs vectors of dimension 2 or more".into(),
+            ));
+        }
+        let hnsw = Hnsw::new(
+            params.m,
+            index.len().max(1),
+            16,
+            params.ef_construction,
+            RowCosine {
+                index: Arc::clone(&index),
+            },
+        );
+        let mut ann = Self {
+            hnsw,
+            index,
+            params,
+        };
+        ann.insert_rows(0, progress)?;
+        Ok(ann)
+    }
+
+    /// Insert rows `from..` of the index.
+    fn insert_rows(&mut self, from: usize, progress: &dyn Fn(usize)) -> Result<(), IndexError> {
+        let n = self.index.len();
+        u32::try_from(n).map_err(|_| {
+            IndexError::Invalid(format!("{n} rows: the HNSW graph holds at most 2^32 - 1"))
+        })?;
+        self.hnsw.set_searching_mode(false);
+        let rows: Vec<[u32; 1]> = (from..n).map(|i| [i as u32]).collect();
+        for chunk in rows.chunks(16_384) {
+            let batch: Vec<(&[u32], usize)> =
+                chunk.iter().map(|r| (&r[..], r[0] as usize)).collect();
+            guarded("inserting points", || {
+                self.hnsw.parallel_insert_slice(&batch)
+            })?;
+            progress(chunk.last().map_or(n, |r| r[0] as usize + 1));
+        }
+        self.hnsw.set_searching_mode(true);
+        Ok(())
+    }
+
+    /// Parameters of the graph.
+    pub fn params(&self) -> AnnParams {
+        self.params
+    }
+
+    /// Points in the graph.
+    pub fn len(&self) -> usize {
+        self.hnsw.get_nb_point()
+    }
+
+    /// Whether the graph is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Write the graph next to `index_path` (replacing a previous one; the
+    /// metadata file is written last, so an interrupted write leaves no graph
+    /// that looks complete).
+    pub fn save(&self, index_path: &Path) -> Result<(), IndexError> {
+        let files = AnnFiles::of(index_path);
+        // hnsw_rs never overwrites a dump: write into a fresh folder, then move.
+        let mut tmp_name = index_path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(".hnsw.partial");
+        let tmp = index_path.with_file_name(tmp_name);
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+        }
+        std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+        if files.meta.exists() {
+            std::fs::remove_file(&files.meta).map_err(io(&files.meta))?;
+        }
+        let dumped =
+            guarded("writing the graph", || self.hnsw.file_dump(&tmp, "g"))?.map_err(|e| {
+                IndexError::Io(format!("{}: cannot write the graph: {e}", tmp.display()))
+            })?;
+        let from = |ext: &str| tmp.join(format!("{dumped}.hnsw.{ext}"));
+        std::fs::rename(from("graph"), &files.graph).map_err(io(&files.graph))?;
+        std::fs::rename(from("data"), &files.data).map_err(io(&files.data))?;
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+        let (graph_bytes, graph_crc32) = file_crc(&files.graph)?;
+        let (data_bytes, data_crc32) = file_crc(&files.data)?;
+        let segments = self.index.segments();
+        let meta = AnnMeta {
+            format_version: ANN_FORMAT_VERSION,
+            params: self.params,
+            count: self.len() as u64,
+            segments,
+            prefix_id: self.index.prefix_id(segments).unwrap_or_default(),
+            graph_bytes,
+            graph_crc32,
+            data_bytes,
+            data_crc32,
+        };
+        let json = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| IndexError::Invalid(format!("cannot encode the HNSW metadata: {e}")))?;
+        let mut partial = files.meta.clone().into_os_string();
+        partial.push(".partial");
+        std::fs::write(&partial, json).map_err(io(Path::new(&partial)))?;
+        std::fs::rename(&partial, &files.meta).map_err(io(&files.meta))?;
+        Ok(())
+    }
+
+    /// Load the graph stored next to `index_path` for `index` (the same file,
+    /// opened). `Ok(None)` when there is none. The two files' sizes and CRC-32s
+    /// are checked before hnsw_rs reads them (it panics on malformed input).
+    /// A graph that covers fewer rows than the index (the index was extended by
+    /// `index add` afterwards) is returned as it is; [`Ann::covers`] tells.
+    pub fn load(index: Arc<Index>, index_path: &Path) -> Result<Option<Self>, IndexError> {
+        let files = AnnFiles::of(index_path);
+        let Some(meta) = read_meta(&index, index_path)? else {
+            return Ok(None);
+        };
+        for (path, bytes, crc) in [
+            (&files.graph, meta.graph_bytes, meta.graph_crc32),
+            (&files.data, meta.data_bytes, meta.data_crc32),
+        ] {
+            if file_crc(path)? != (bytes, crc) {
+                return Err(IndexError::Corrupt(format!(
+                    "{}: size or checksum mismatch",
+                    path.display()
+                )));
+            }
+        }
+        let dir = index_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let basename = index_path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        // The loaded graph borrows from its loader for its whole life: one small
+        // loader is leaked per graph loaded (once per server start).
+        let loader: &'static HnswIo = Box::leak(Box::new(HnswIo::new(dir, &basename)));
+        let dist = RowCosine {
+            index: Arc::clone(&index),
+        };
+        let mut hnsw = guarded("reading the graph", || {
+            loader.load_hnsw_with_dist::<u32, RowCosine>(dist)
+        })?
+        .map_err(|e| IndexError::Corrupt(format!("{}: {e}", files.graph.display())))?;
+        if hnsw.get_nb_point() as u64 != meta.count {
+            return Err(IndexError::Corrupt(format!(
+                "{}: {} points, the metadata says {}",
+                files.graph.display(),
+                hnsw.get_nb_point(),
+                meta.count
+            )));
+        }
+        hnsw.set_searching_mode(true);
+        Ok(Some(Self {
+            hnsw,
+            index,
+            params: meta.params,
+        }))
+    }
+
+    /// Whether the graph holds every row of its index.
+    pub fn covers(&self) -> bool {
+        self.len() == self.index.len()
+    }
+
+    /// Insert the rows the index gained since the graph was built (by
+    /// `index add`). Returns how many were inserted.
+    pub fn extend(&mut self, progress: &dyn Fn(usize)) -> Result<usize, IndexError> {
+        let from = self.len();
+        if from >= self.index.len() {
+            return Ok(0);
+        }
+        self.insert_rows(from, progress)?;
+        Ok(self.index.len() - from)
+    }
+
+    /// The `top_k` rows most similar to `query` found by the graph, exploring
+    /// `ef` candidates (at least `top_k`), best first with exact cosine scores
+    /// (ties: lower index first). A query of the wrong dimension is an error.
+    pub fn search(
+        &self,
+        query: &[f32],
+        top_k: usize,
+        ef: usize,
+    ) -> Result<Vec<(usize, f32)>, IndexError> {
+        let d = self.index.identity().dimension;
+        if query.len() != d {
+            return Err(IndexError::Invalid(format!(
+                "query of dimension {} for an index of dimension {d}",
+                query.len()
+            )));
+        }
+        let k = top_k.min(self.len());
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut q = Vec::with_capacity(d);
+        crate::format::normalise_into(query, &mut q);
+        let bits: Vec<u32> = q.iter().map(|x| x.to_bits()).collect();
+        let found = guarded("searching", || self.hnsw.search(&bits, k, ef.max(k)))?;
+        let mut ranked: Vec<(usize, f32)> = found
+            .iter()
+            .filter_map(|n| {
+                let i = n.get_origin_id();
+                self.index.vector(i).map(|v| (i, dot(v, &q)))
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.dedup_by_key(|r| r.0);
+        ranked.truncate(k);
+        Ok(ranked)
+    }
+}

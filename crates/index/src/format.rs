@@ -1,0 +1,171 @@
+//! The on-disk layout.
+//!
+//! ```text
+//! offset 0        "BFINDEX1"                      8 bytes of magic
+//! then            segment 0, segment 1, ...       each at a 64-byte aligned offset
+//! then            footer                          JSON (see [`Footer`])
+//! last 20 bytes   footer length (u64 LE), CRC-32 of the footer (u32 LE), "BFINDEX1"
+//! ```
+//!
+//! A segment holds `count` sentences:
+//!
+//! ```text
+//! count x dimension f32 LE     the unit-normalised vectors, row by row
+//! (count + 1) x u64 LE         text offsets, relative to the start of the text bytes
+//! text bytes                   the sentences, UTF-8, concatenated
+//! ```
+//!
+//! and the footer records its offset, count, text-byte length and CRC-32 (over
+//! the whole segment). `index add` replaces the footer by a new segment and a
+//! new footer; the segments already written are not touched.
+
+use serde::{Deserialize, Serialize};
+
+use crate::IndexError;
+
+/// First and last 8 bytes of every index file.
+pub const MAGIC: &[u8; 8] = b"BFINDEX1";
+/// Version of the footer schema.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes after the footer: length, CRC-32, magic.
+pub const TRAILER_LEN: usize = 8 + 4 + 8;
+/// Alignment of each segment (and so of its vectors).
+pub const ALIGN: u64 = 64;
+
+/// What produced the vectors: an index is only searched with queries embedded
+/// the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The model, `name@fingerprint` (the fingerprint is a hash of the model's
+    /// files; equal fingerprints give equal vectors).
+    pub model: String,
+    /// The pooling, e.g. `last-avg`.
+    pub pooling: String,
+    /// The calibrator (description and a hash of its file), or `None` for raw
+    /// pooled vectors.
+    pub calibrator: Option<String>,
+    /// Length of every vector.
+    pub dimension: usize,
+    /// The encoder's arithmetic (`fp32`, `int8`). Vectors of another precision
+    /// are close (cosine about 0.996) but not equal, so a difference is a
+    /// [note](Identity::notes), not a refusal.
+    #[serde(default = "default_precision")]
+    pub precision: String,
+}
+
+fn default_precision() -> String {
+    "fp32".into()
+}
+
+impl Identity {
+    /// Error unless `self` (the index's) and `wanted` (the server's) describe
+    /// the same vectors. Models are compared by fingerprint when both carry one
+    /// (the directory name may differ).
+    pub fn check_matches(&self, wanted: &Identity) -> Result<(), IndexError> {
+        let fingerprint = |m: &str| m.rsplit_once('@').map(|(_, f)| f.to_owned());
+        let same_model = match (fingerprint(&self.model), fingerprint(&wanted.model)) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.model == wanted.model,
+        };
+        let mut differences = Vec::new();
+        if !same_model {
+            differences.push(format!(
+                "model: index {} vs now {}",
+                self.model, wanted.model
+            ));
+        }
+        if self.pooling != wanted.pooling {
+            differences.push(format!(
+                "pooling: index {} vs now {}",
+                self.pooling, wanted.pooling
+            ));
+        }
+        if self.calibrator != wanted.calibrator {
+            let show = |c: &Option<String>| c.clone().unwrap_or_else(|| "none".into());
+            differences.push(format!(
+                "calibrator: index {} vs now {}",
+                show(&self.calibrator),
+                show(&wanted.calibrator)
+            ));
+        }
+        if self.dimension != wanted.dimension {
+            differences.push(format!(
+                "dimension: index {} vs now {}",
+                self.dimension, wanted.dimension
+            ));
+        }
+        if differences.is_empty() {
+            Ok(())
+        } else {
+            Err(IndexError::Mismatch(differences.join("; ")))
+        }
+    }
+
+    /// Differences that do not make the index unusable (today: the precision),
+    /// as sentences to show the operator.
+    pub fn notes(&self, wanted: &Identity) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.precision != wanted.precision {
+            notes.push(format!(
+                "the index holds {} vectors and queries are embedded in {}: scores differ slightly from the index's own",
+                self.precision, wanted.precision
+            ));
+        }
+        notes
+    }
+}
+
+/// Where one segment lies and how to check it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentMeta {
+    /// Byte offset of the segment in the file (a multiple of [`ALIGN`]).
+    pub offset: u64,
+    /// Sentences in the segment.
+    pub count: u64,
+    /// Length of the concatenated texts in bytes.
+    pub text_bytes: u64,
+    /// CRC-32 of the whole segment.
+    pub crc32: u32,
+}
+
+impl SegmentMeta {
+    /// Length of the segment in bytes, or `None` on overflow.
+    pub fn len(&self, dimension: usize) -> Option<u64> {
+        let vectors = self.count.checked_mul(dimension as u64)?.checked_mul(4)?;
+        let offsets = self.count.checked_add(1)?.checked_mul(8)?;
+        vectors.checked_add(offsets)?.checked_add(self.text_bytes)
+    }
+}
+
+/// The footer, JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Footer {
+    /// [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// What produced the vectors.
+    pub identity: Identity,
+    /// Sentences over all segments.
+    pub count: u64,
+    /// The segments, in order; sentence numbers run on from one to the next.
+    pub segments: Vec<SegmentMeta>,
+}
+
+/// Round `offset` up to the next multiple of [`ALIGN`].
+pub fn align_up(offset: u64) -> u64 {
+    offset.div_ceil(ALIGN) * ALIGN
+}
+
+/// Unit-normalise `v` (in f64), writing f32; the zero vector stays zero.
+pub fn normalise_into(v: &[f32], out: &mut Vec<f32>) {
+    let norm = v
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    if norm == 0.0 || !norm.is_finite() {
+        out.extend(std::iter::repeat_n(0.0, v.len()));
+    } else {
+        out.extend(v.iter().map(|&x| (f64::from(x) / norm) as f32));
+    }
+}

@@ -1,0 +1,52 @@
+//! # bertflow-index
+//!
+//! A persistent sentence-vector index: one checksummed file holding the
+//! unit-normalised vectors (f32), the sentences, and the identity of what
+//! produced them (model fingerprint, pooling, calibrator, dimension), so that
+//! a server can refuse an index whose vectors it would not reproduce.
+//!
+//! [`IndexWriter`] writes a new file or appends segments to an existing one
+//! without rewriting what is there; [`Index::open`] memory-maps a file,
+//! checks its layout and (optionally) every checksum, and answers exact cosine
+//! top-k queries straight from the map. The layout is described in
+//! [`format`]. [`Ann`] adds approximate search: an HNSW graph stored next to
+//! the index (see [`ann`]).
+
+pub mod ann;
+pub mod format;
+mod reader;
+mod writer;
+
+pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn};
+pub use format::Identity;
+pub use reader::{dot, Index};
+pub use writer::IndexWriter;
+
+use sha2::{Digest, Sha256};
+
+/// Why an index could not be written, opened or searched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    /// Reading or writing the file failed.
+    #[error("index I/O error: {0}")]
+    Io(String),
+    /// The file is damaged: bad magic, bad checksum, inconsistent layout.
+    #[error("corrupt index: {0}")]
+    Corrupt(String),
+    /// The index was made with another model, pooling, calibrator or dimension.
+    #[error("the index was built with other settings than the ones in use ({0}); rebuild it with `bertflow index build` or serve with the settings it was built with")]
+    Mismatch(String),
+    /// A bad argument (wrong dimension, unsupported version, ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// `sha256:` and the first 16 hex digits of the SHA-256 of the file at `path`:
+/// identifies a calibrator file in an [`Identity`].
+pub fn file_digest(path: &std::path::Path) -> Result<String, IndexError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
+    let digest = Sha256::digest(&bytes);
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("sha256:{hex}"))
+}

@@ -1,0 +1,315 @@
+//! The real model behind the server (feature `model`): the BERT encoder with
+//! one pooling and an optional calibrator as an [`EmbedBackend`], and a
+//! memory-mapped `bertflow index` file (with its HNSW graph, if any) as a
+//! [`SearchIndex`]. The HTTP layer itself does not depend on this module.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use bertflow_core::indexing::index_identity;
+use bertflow_core::LoadedCalibrator;
+use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
+use bertflow_index::{Ann, Identity, Index};
+
+use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
+use crate::index::{Hit, SearchIndex};
+
+/// The BERT encoder with one pooling and an optional calibrator.
+pub struct ModelBackend {
+    encoder: Encoder,
+    source: PoolSource,
+    calibrator: Option<LoadedCalibrator>,
+    opts: EncodeOptions,
+    info: BackendInfo,
+    identity: Identity,
+}
+
+impl ModelBackend {
+    /// `batch_size` sentences per forward pass; each call runs on one core
+    /// (parallelism comes from the server's batch workers). The calibrator
+    /// must already be checked against the encoder and pooling.
+    pub fn new(
+        encoder: Encoder,
+        pooling: &Pooling,
+        calibrator: Option<LoadedCalibrator>,
+        batch_size: usize,
+    ) -> Result<Self, BackendError> {
+        let source = encoder.source(pooling).map_err(|e| {
+            BackendError::new(format!(
+                "pooling {pooling} does not apply to this model: {e}"
+            ))
+        })?;
+        let identity = index_identity(&encoder, pooling, calibrator.as_ref())
+            .map_err(|e| BackendError::new(e.chain()))?;
+        let info = BackendInfo {
+            model_id: encoder.model_id().to_string(),
+            pooling: pooling.to_string(),
+            calibrator: calibrator.as_ref().map(LoadedCalibrator::describe),
+            dimension: identity.dimension,
+            max_len: encoder.max_len(),
+        };
+        let opts = EncodeOptions {
+            batch_size: batch_size.max(1),
+            threads: 1,
+        };
+        Ok(Self {
+            encoder,
+            source,
+            calibrator,
+            opts,
+            info,
+            identity,
+        })
+    }
+
+    /// The identity of the vectors it makes, as a `bertflow index` records it.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+}
+
+impl EmbedBackend for ModelBackend {
+    fn info(&self) -> BackendInfo {
+        self.info.clone()
+    }
+
+    fn tokenize_len(&self, text: &str) -> usize {
+        // A text the tokenizer refuses costs a full sequence; `embed` then reports the error.
+        self.encoder
+            .tokenizer()
+            .encode(text)
+            .map_or(self.encoder.max_len(), |ids| ids.len())
+    }
+
+    fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
+        // Exactly what `embed` feeds the model: [CLS] ... [SEP], cut at max_len.
+        let tokenizer = self.encoder.tokenizer();
+        let tokenized = self
+            .encoder
+            .tokenize(text)
+            .map_err(|e| BackendError::new(format!("tokenisation failed: {e}")))
+            .and_then(|(ids, truncated)| {
+                let tokens = ids
+                    .iter()
+                    .map(|&id| {
+                        tokenizer.id_to_token(id).ok_or_else(|| {
+                            BackendError::new(format!("token id {id} is not in the vocabulary"))
+                        })
+                    })
+                    .collect::<Result<Vec<String>, BackendError>>()?;
+                Ok(Tokenized {
+                    ids,
+                    tokens,
+                    truncated,
+                })
+            });
+        Some(tokenized)
+    }
+
+    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
+        let out = self
+            .encoder
+            .encode(
+                texts,
+                std::slice::from_ref(&self.source),
+                &self.opts,
+                &|_| {},
+            )
+            .map_err(|e| BackendError::new(format!("encoding failed: {e}")))?;
+        let raw = out
+            .embeddings
+            .into_iter()
+            .next()
+            .ok_or_else(|| BackendError::new("the encoder returned no embeddings"))?;
+        let vectors = match &self.calibrator {
+            Some(c) => c
+                .apply(raw.view())
+                .map_err(|e| BackendError::new(format!("calibrator failed: {}", e.chain())))?,
+            None => raw,
+        };
+        if vectors.nrows() != texts.len()
+            || out.tokens.len() != texts.len()
+            || out.truncated.len() != texts.len()
+        {
+            return Err(BackendError::new(format!(
+                "the encoder returned {} rows for {} inputs",
+                vectors.nrows(),
+                texts.len()
+            )));
+        }
+        Ok(vectors
+            .outer_iter()
+            .zip(out.tokens.iter().zip(&out.truncated))
+            .map(|(row, (&tokens, &truncated))| Embedded {
+                vector: row.to_vec(),
+                tokens,
+                truncated,
+            })
+            .collect())
+    }
+}
+
+/// How [`MappedIndex::open`] treats the index file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexOptions {
+    /// Check every segment's CRC-32 at start-up (reads the whole file; without
+    /// it only the footer, layout and text offsets are checked).
+    pub verify: bool,
+    /// Search with the HNSW graph stored next to the index (error if absent or
+    /// stale). It loads in the background; searches are exact until it is ready.
+    pub ann: bool,
+    /// Candidates explored per approximate query (at least `top_k`).
+    pub ef_search: usize,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        Self {
+            verify: false,
+            ann: false,
+            ef_search: 64,
+        }
+    }
+}
+
+/// The HNSW graph, loaded on a background thread: reading a graph of a
+/// million points takes seconds, and the server answers (exactly) meanwhile.
+type Graph = Arc<OnceLock<Result<Ann, String>>>;
+
+/// A memory-mapped `bertflow index` file as the server's search index.
+pub struct MappedIndex {
+    index: Arc<Index>,
+    ann: Option<Graph>,
+    ef_search: usize,
+    /// Non-fatal differences (e.g. precision), for the operator.
+    pub notes: Vec<String>,
+}
+
+impl MappedIndex {
+    /// Open the index at `path` and refuse it unless it was built with
+    /// `wanted` (the identity of the server's backend). With `options.ann`,
+    /// load its HNSW graph, which must cover every row.
+    pub fn open(path: &Path, wanted: &Identity, options: IndexOptions) -> Result<Self, String> {
+        let index = Index::open(path, options.verify)
+            .map_err(|e| format!("cannot open the index {}: {e}", path.display()))?;
+        index
+            .identity()
+            .check_matches(wanted)
+            .map_err(|e| format!("refusing the index {}: {e}", path.display()))?;
+        let notes = index.identity().notes(wanted);
+        let index = Arc::new(index);
+        let ann = if options.ann {
+            // The metadata is checked now (a missing, foreign or stale graph stops the
+            // start-up); the graph itself is checked and read in the background.
+            let stored = Ann::stored(&index, path)
+                .map_err(|e| format!("cannot use the HNSW graph of {}: {e}", path.display()))?
+                .ok_or_else(|| {
+                    format!(
+                        "--ann: {} has no HNSW graph; build it with `bertflow index ann --index {}`",
+                        path.display(),
+                        path.display()
+                    )
+                })?;
+            if stored.points != index.len() {
+                return Err(format!(
+                    "the HNSW graph of {} covers {} of its {} sentences (the index was extended \
+                     by `index add` since); extend it with `bertflow index ann --index {}`",
+                    path.display(),
+                    stored.points,
+                    index.len(),
+                    path.display()
+                ));
+            }
+            let graph: Graph = Arc::new(OnceLock::new());
+            let (slot, index, path) = (Arc::clone(&graph), Arc::clone(&index), path.to_owned());
+            std::thread::Builder::new()
+                .name("bertflow-hnsw-load".into())
+                .spawn(move || {
+                    let started = std::time::Instant::now();
+                    let loaded = match Ann::load(index, &path) {
+                        Ok(Some(ann)) => Ok(ann),
+                        Ok(None) => Err("the graph files disappeared".to_owned()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match &loaded {
+                        Ok(ann) => tracing::info!(
+                            points = ann.len(),
+                            seconds = started.elapsed().as_secs_f64(),
+                            "HNSW graph loaded: /search is approximate from now on"
+                        ),
+                        Err(e) => tracing::error!(
+                            error = %e,
+                            "cannot load the HNSW graph: /search stays exact"
+                        ),
+                    }
+                    let _ = slot.set(loaded);
+                })
+                .map_err(|e| format!("cannot start the HNSW loader: {e}"))?;
+            Some(graph)
+        } else {
+            None
+        };
+        Ok(Self {
+            index,
+            ann,
+            ef_search: options.ef_search.max(1),
+            notes,
+        })
+    }
+
+    /// The opened index.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Share it with the server.
+    pub fn shared(self) -> crate::SharedIndex {
+        crate::SharedIndex(Arc::new(self))
+    }
+}
+
+impl SearchIndex for MappedIndex {
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn dimension(&self) -> usize {
+        self.index.identity().dimension
+    }
+
+    fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String> {
+        let ranked = match self.ann.as_ref().and_then(|g| g.get()) {
+            Some(Ok(ann)) => ann.search(query, top_k, self.ef_search),
+            _ => self.index.search(query, top_k),
+        }
+        .map_err(|e| e.to_string())?;
+        ranked
+            .into_iter()
+            .map(|(index, score)| {
+                Ok(Hit {
+                    index,
+                    text: self
+                        .index
+                        .text(index)
+                        .map_err(|e| e.to_string())?
+                        .to_owned(),
+                    score: f64::from(score),
+                })
+            })
+            .collect()
+    }
+
+    fn method(&self) -> String {
+        match self.ann.as_ref().map(|g| g.get()) {
+            Some(Some(Ok(ann))) => format!(
+                "hnsw(m={}, ef_construction={}, ef_search={})",
+                ann.params().m,
+                ann.params().ef_construction,
+                self.ef_search
+            ),
+            Some(Some(Err(e))) => format!("exact (the HNSW graph failed to load: {e})"),
+            Some(None) => "exact (HNSW graph loading)".into(),
+            None => "exact".into(),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! `POST /search`: cosine search over the server's corpus or index.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+
+use crate::access::Ctx;
+use crate::api::{check_count, check_text, embed_texts, ApiJson, AppResult, AppState};
+use crate::error::ApiError;
+use crate::index::Hit;
+
+/// Either `query` or `queries`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SearchRequest {
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    queries: Option<Vec<String>>,
+    #[serde(default)]
+    top_k: Option<usize>,
+}
+
+/// A list of hits for `query`, a list of lists for `queries`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub(crate) enum SearchResults {
+    One(Vec<Hit>),
+    Many(Vec<Vec<Hit>>),
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct SearchResponse {
+    results: SearchResults,
+}
+
+const DEFAULT_TOP_K: usize = 10;
+
+/// Cosine search over the server's corpus, best first.
+#[utoipa::path(
+    post,
+    path = "/search",
+    request_body = SearchRequest,
+    responses(
+        (status = 200, description = "The top_k hits of each query", body = SearchResponse),
+        (status = 404, description = "No corpus on this server (no_corpus)", body = crate::error::ErrorBody),
+        (status = "4XX", description = "Invalid request, missing API key or overloaded", body = crate::error::ErrorBody),
+        (status = "5XX", description = "Backend failure", body = crate::error::ErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn search(
+    State(state): State<Arc<AppState>>,
+    Extension(ctx): Extension<Ctx>,
+    ApiJson(request): ApiJson<SearchRequest>,
+) -> AppResult<SearchResponse> {
+    if state.index.is_none() {
+        return Err(ApiError::NoCorpus);
+    }
+    let top_k = request.top_k.unwrap_or(DEFAULT_TOP_K);
+    if top_k == 0 || top_k > state.config.max_top_k {
+        return Err(ApiError::invalid(
+            Some("top_k"),
+            format!(
+                "top_k must be between 1 and {}, got {top_k}",
+                state.config.max_top_k
+            ),
+        ));
+    }
+    let max_chars = state.config.max_chars_per_input;
+    let (queries, single) = match (request.query, request.queries) {
+        (Some(query), None) => {
+            check_text(&query, "query", max_chars)?;
+            (vec![query], true)
+        }
+        (None, Some(queries)) => {
+            if queries.is_empty() {
+                return Err(ApiError::empty("queries", "queries is an empty array"));
+            }
+            check_count(queries.len(), &state.config)?;
+            for (i, q) in queries.iter().enumerate() {
+                check_text(q, &format!("queries[{i}]"), max_chars)?;
+            }
+            (queries, false)
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                None,
+                "give either \"query\" or \"queries\"",
+            ))
+        }
+    };
+    ctx.record(&queries, state.config.log_inputs);
+    let embedded = embed_texts(&state, queries).await?;
+    let searcher = Arc::clone(&state);
+    let mut hits = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<Hit>>, ApiError> {
+        match &searcher.index {
+            Some(index) => embedded
+                .iter()
+                .map(|e| {
+                    let timer = searcher.metrics.search.start_timer();
+                    let hits = index.search(&e.vector, top_k);
+                    timer.observe_duration();
+                    hits.map_err(|m| ApiError::Internal(format!("search failed: {m}")))
+                })
+                .collect(),
+            None => Ok(Vec::new()),
+        }
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("search failed: {e}")))??;
+    let results = if single {
+        SearchResults::One(hits.pop().unwrap_or_default())
+    } else {
+        SearchResults::Many(hits)
+    };
+    Ok(Json(SearchResponse { results }))
+}
