@@ -41,6 +41,11 @@ pub struct CalibratorMeta {
     /// `external:<label>@<fingerprint>` and `pooling` is [`EXTERNAL_POOLING`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalInput>,
+    /// Set when the calibrator (a flow) was fitted on a seeded sample: the number
+    /// of rows the `fit_corpus_size` sample rows were drawn from. Absent in
+    /// files fitted on every row (and in files written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_from: Option<usize>,
 }
 
 /// The `pooling` recorded for calibrators fitted on external embeddings.
@@ -72,6 +77,7 @@ impl CalibratorMeta {
             bertflow_version: env!("CARGO_PKG_VERSION").to_string(),
             format_version: FORMAT_VERSION,
             external: None,
+            sampled_from: None,
         }
     }
 
@@ -103,6 +109,13 @@ impl CalibratorMeta {
     /// Sets the seed.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
+        self
+    }
+
+    /// Records that the fit used a sample of `fit_corpus_size` rows drawn from
+    /// `total` rows.
+    pub fn with_sampled_from(mut self, total: usize) -> Self {
+        self.sampled_from = Some(total);
         self
     }
 }
