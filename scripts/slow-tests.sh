@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The slow real-data group: every STS regression test on all seven tasks
 # (about 2 minutes on 2 cores), then the Python package's slow tests (all
-# seven tasks against the CLI, the abi3 wheel build). CI runs the reduced
+# seven tasks against the CLI, the abi3 wheel build, Spark on every STS-B
+# sentence). CI runs the reduced
 # versions via scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +11,5 @@ cargo test --release --locked -p bertflow --test sts_scores -- --ignored "$@"
 # int8 encoder: mean cosine to fp32 >= 0.99 over the unique sentences of STS-B test.
 cargo test --release --locked -p bertflow-encoder --test int8 -- --ignored "$@"
 scripts/python-env.sh
+scripts/ensure-java.sh
 .venv/bin/python -m pytest -q -m slow bindings/python/tests

@@ -150,11 +150,17 @@ def _write_corpus(folder, sentences):
 
 
 @pytest.fixture(scope="session")
-def stsb_cli(stsb_test, run_cli):
+def cli_cache(tmp_path_factory):
+    """`--cache-dir` arguments: an embedding cache private to this test run."""
+    return ["--cache-dir", tmp_path_factory.mktemp("cli-cache")]
+
+
+@pytest.fixture(scope="session")
+def stsb_cli(stsb_test, run_cli, cli_cache):
     """`bertflow encode` of the STS-B test sentences (last-avg): (n, 384) float32."""
     out = stsb_test["dir"] / "cli.npy"
-    run_cli("encode", "--no-cache", "--model", MODEL, "--pooling", "last-avg",
-            "--input", stsb_test["txt"], "--output", out)
+    run_cli("encode", "--model", MODEL, "--pooling", "last-avg",
+            "--input", stsb_test["txt"], "--output", out, *cli_cache)
     return np.load(out)
 
 

@@ -317,8 +317,7 @@ def local_session(master="local[2]", app_name="bertflow", conf=None):
     from pyspark.sql import SparkSession
 
     b = SparkSession.builder.master(master).appName(app_name)
-    settings = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
-                "spark.sql.execution.arrow.pyspark.enabled": "true"}
+    settings = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8"}
     settings.update(conf or {})
     for k, v in settings.items():
         b = b.config(k, v)

@@ -147,15 +147,16 @@ def main(argv=None):
     import bertflow
     from . import encode, fit, ship_model, transform
 
-    t0 = time.perf_counter()
-    spark = session(a.master)
-    t_session = time.perf_counter() - t0
-    if not a.overwrite and os.path.exists(a.output):
-        raise SystemExit(f"bertflow.spark: {a.output} exists (pass --overwrite to replace it)")
+    # Bad arguments fail before the JVM starts.
     if a.calibrator:
         calibrator = bertflow.load(a.calibrator)
     else:
-        calibrator = bertflow.calibrator(a.calibrate)  # a bad spec fails before any job
+        calibrator = bertflow.calibrator(a.calibrate)
+    if not a.overwrite and os.path.exists(a.output):
+        raise SystemExit(f"bertflow.spark: {a.output} exists (pass --overwrite to replace it)")
+    t0 = time.perf_counter()
+    spark = session(a.master)
+    t_session = time.perf_counter() - t0
     model = a.model
     if a.ship_model:
         model = ship_model(spark, model)
