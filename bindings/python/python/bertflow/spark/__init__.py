@@ -34,6 +34,10 @@ DEFAULT_SAMPLE_SIZE = 100_000
 #: first task attempt that finds the file removes it and fails.
 FAIL_ONCE_ENV = "BERTFLOW_SPARK_FAIL_ONCE"
 
+#: Set to 1 (on the driver) to make every encode task print its model load
+#: and encode seconds and its worker's peak RSS on the executor's stderr.
+STATS_ENV = "BERTFLOW_SPARK_STATS"
+
 
 def _types():
     from pyspark.sql import types as T
@@ -162,6 +166,7 @@ def encode(df, text_col="text", *, model, pooling="last-avg", output_col="embedd
         "empty": empty,
         "threads": threads or _task_cpus(df.sparkSession),
         "fail_once": os.environ.get(FAIL_ONCE_ENV),
+        "log_stats": os.environ.get(STATS_ENV) == "1",
     }
     from ._worker import encode_batches
 

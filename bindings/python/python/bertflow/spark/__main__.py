@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from . import DEFAULT_SAMPLE_SIZE, _worker
+from bertflow.spark import DEFAULT_SAMPLE_SIZE, _worker
 
 
 def parse_args(argv=None):
@@ -58,29 +58,30 @@ def parse_args(argv=None):
     p.add_argument("--save-calibrator", metavar="FILE",
                    help="write the fitted calibrator (the CLI's .safetensors format)")
     p.add_argument("--master", default=None,
-                   help="Spark master for a local run, e.g. local[2] (default: spark-submit's, "
-                   "else local[*])")
+                   help="Spark master of a run without spark-submit, e.g. local[2] (default: "
+                   "local[*]); under spark-submit its --master applies")
     p.add_argument("--partitions", type=int, default=None,
-                   help="repartition the input into N partitions before encoding (default: "
-                   "keep the input's, but at least 2 per core in local mode)")
+                   help="repartition the input into N partitions before encoding (default: 2 "
+                   "per core in local mode, else the input's partitions)")
     return p.parse_args(argv)
 
 
 def session(master):
-    """The running session (spark-submit), or a local one."""
+    """The running session, the one spark-submit (or SPARK_REMOTE, for Spark
+    Connect) configures, or else a local one (``master``, default local[*])."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    from . import local_session
-
-    if master is None and "SPARK_REMOTE" not in os.environ and not os.environ.get(
-            "SPARK_MASTER"):
-        master = "local[*]"
-    if master is None:
+    if "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_REMOTE" in os.environ:
+        if master:
+            print("bertflow.spark: --master is ignored under spark-submit / Spark Connect",
+                  file=sys.stderr)
         return SparkSession.builder.appName("bertflow").getOrCreate()
-    return local_session(master)
+    from bertflow.spark import local_session
+
+    return local_session(master or "local[*]")
 
 
 def read_input(spark, path, fmt, text_col):
@@ -145,7 +146,7 @@ def driver_source(model, pooling, max_len):
 def main(argv=None):
     a = parse_args(argv)
     import bertflow
-    from . import encode, fit, ship_model, transform
+    from bertflow.spark import encode, fit, ship_model, transform
 
     # Bad arguments fail before the JVM starts.
     if a.calibrator:
@@ -192,9 +193,13 @@ def main(argv=None):
         fitted.save(a.save_calibrator)
     out = transform(emb, "embedding", fitted) if fitted is not None else emb
     out.write.mode("overwrite" if a.overwrite else "errorifexists").parquet(a.output)
+    t_job = time.perf_counter() - t0 - t_session
     n = spark.read.parquet(a.output).count()
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"bertflow.spark: wrote {n} rows to {a.output} (session {t_session:.1f} s, "
-          f"job {time.perf_counter() - t0 - t_session:.1f} s)", file=sys.stderr)
+          f"job {t_job:.1f} s, driver peak RSS {rss:.0f} MB)", file=sys.stderr)
     if kind != "none" and not a.calibrator:
         emb.unpersist()
     return 0

@@ -11,6 +11,7 @@ a model is loaded once per worker, not once per task or batch.
 import hashlib
 import os
 import socket
+import time
 
 #: Loaded encoders and calibrators of this worker process.
 _ENCODERS = {}
@@ -148,6 +149,7 @@ def encode_batches(batches, cfg):
 
     enc = None
     field = pa.field(cfg["output_col"], _vector_type())
+    clock = {"load": 0.0, "encode": 0.0, "rows": 0, "start": time.perf_counter()}
     for k, batch in enumerate(batches):
         col = batch.column(cfg["text_col"])
         present = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
@@ -167,8 +169,13 @@ def encode_batches(batches, cfg):
         texts = [t for t, p in zip(col.to_pylist(), present) if p]
         if texts:
             if enc is None:
+                t = time.perf_counter()
                 enc = encoder(cfg["model"], cfg["pooling"], cfg["max_len"], cfg["threads"])
+                clock["load"] += time.perf_counter() - t
+            t = time.perf_counter()
             X = enc.encode(texts, batch_size=cfg["batch_size"])
+            clock["encode"] += time.perf_counter() - t
+            clock["rows"] += len(texts)
         else:
             X = np.zeros((0, 0), dtype=np.float32)
         out = vectors_array(X, present, batch.num_rows)
@@ -176,6 +183,22 @@ def encode_batches(batches, cfg):
                                          schema=batch.schema.append(field))
         if k == 0:
             maybe_fail(cfg.get("fail_once"))
+    if cfg.get("log_stats"):
+        log_task(clock)
+
+
+def log_task(clock):
+    """One stderr line per task (``BERTFLOW_SPARK_STATS=1``, for benchmarks):
+    model load and encode seconds, rows, and the worker's peak RSS so far."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    total = time.perf_counter() - clock["start"]
+    sys.stderr.write(
+        f"bertflow.spark task: pid {os.getpid()} rows {clock['rows']} load_s {clock['load']:.2f} "
+        f"encode_s {clock['encode']:.2f} task_s {total:.2f} peak_rss_mb {rss:.0f}\n")
+    sys.stderr.flush()
 
 
 def stats_batches(batches, col):
