@@ -124,3 +124,14 @@ def test_encode_equals_cli_on_every_stsb_sentence(spark, data_dir, tmp_path, run
     ids, X = spark_vectors(bs.encode(df, model=MODEL))
     assert (ids == np.arange(len(sentences))).all()
     assert np.abs(X - cli).max() <= 1e-5
+
+
+def test_model_shipped_with_addfile(spark, stsb_test, encoder):
+    """ship_model: SparkContext.addFile(model dir, recursive=True); the executors
+    resolve "sparkfiles:NAME" with SparkFiles.get."""
+    name = bs.ship_model(spark, MODEL)
+    assert name == "sparkfiles:all-MiniLM-L6-v2"
+    df = spark.read.parquet(str(stsb_test["parquet"])).where("id < 4")
+    ids, X = spark_vectors(bs.encode(df, model=name))
+    assert list(ids) == [0, 1, 2, 3]
+    assert np.abs(X - encoder.encode(stsb_test["sentences"][:4])).max() <= 1e-5
