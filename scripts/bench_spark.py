@@ -141,8 +141,9 @@ def main():
 
 def report(n, res, load_after):
     print(f"Machine: {cpu()}; load average after the run {load_after:.2f}.\n")
-    print(f"{n:,} distinct STS sentences, `{res['local[2]']['cmd'].split('--pooling ')[1].split()[0]}`, "
-          "batch 32, no embedding cache; wall time from process start to exit.\n")
+    pooling = res["local[2]"]["cmd"].split("--pooling ")[1].split()[0]
+    print(f"{n:,} distinct STS sentences, `{pooling}`, batch 32, no embedding cache; wall "
+          "time from process start to exit.\n")
     print("| run | wall s | sentences/s | ratio |")
     print("|---|---:|---:|---:|")
     for key, label, peer in (("cli1", "`bertflow encode --threads 1`", None),
@@ -164,7 +165,8 @@ def report(n, res, load_after):
               f"per core; model loads {len(load)} x {statistics.mean(load):.2f} s; "
               f"the rest of the job, {r['job'] - (enc + sum(load)) / slots:.1f} s per slot, is "
               f"Parquet I/O, Arrow transfer, the id job and scheduling); peak RSS: driver "
-              f"{r['driver_rss']} MB, the CLI {res['cli' + str(slots)]['rss']:.0f} MB, workers {min(x['rss'] for x in t)}-"
+              f"{r['driver_rss']} MB, the CLI {res['cli' + str(slots)]['rss']:.0f} MB, workers "
+              f"{min(x['rss'] for x in t)}-"
               f"{max(x['rss'] for x in t)} MB, JVM "
               f"{r['jvm_rss']:.0f} MB")
     print(f"\nCommands: `{res['cli2']['cmd']}`; `python {res['local[2]']['cmd']}`.")

@@ -1,11 +1,13 @@
 """The functions that run inside Spark's Python workers (``mapInArrow``).
 
 Everything here is called on the executors with Arrow record batches in and
-out. The native module is imported inside the functions, never at module
-import: Spark's worker daemon forks its workers, and a Rust thread pool
-created before a fork would be unusable in the child. Models and calibrators
-are cached per worker process (Python workers are reused between tasks), so
-a model is loaded once per worker, not once per task or batch.
+out. Nothing native is created on the driver and shipped: Spark's daemon
+forks the Python workers, each worker unpickles the mapped function (which
+imports bertflow there, after the fork) and creates its encoder or calibrator
+inside the function, with its thread count set to ``spark.task.cpus``; a Rust
+thread pool created before a fork would be unusable in the child. Models and
+calibrators are cached per worker process (Python workers are reused between
+tasks), so a model is loaded once per worker, not once per task or batch.
 """
 
 import hashlib
@@ -205,8 +207,6 @@ def stats_batches(batches, col):
     """``mapInArrow`` body of the first level of
     :func:`bertflow.spark.moment_stats`: one row (count, dim, statistics
     bytes) per non-empty partition; null vectors are left out."""
-    import pyarrow as pa
-
     stats = None
     for batch in batches:
         X, _ = matrix(batch.column(col), col)
