@@ -96,3 +96,5 @@ def test_help_and_bad_spec():
     assert p.returncode == 0 and "--calibrate SPEC" in p.stdout and "--master" in p.stdout
     with pytest.raises(ValueError, match="unknown kind"):
         command.main(["--input", "x.txt", "--output", "/nonexistent/o", "--calibrate", "whitening"])
+    with pytest.raises(SystemExit, match="--save-calibrator needs --calibrate"):
+        command.main(["--input", "x.txt", "--output", "/nonexistent/o", "--save-calibrator", "c"])

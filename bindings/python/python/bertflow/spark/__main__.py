@@ -153,6 +153,8 @@ def main(argv=None):
         calibrator = bertflow.load(a.calibrator)
     else:
         calibrator = bertflow.calibrator(a.calibrate)
+    if a.save_calibrator and not a.calibrator and calibrator._kind == "none":
+        raise SystemExit("bertflow.spark: --save-calibrator needs --calibrate SPEC")
     if not a.overwrite and os.path.exists(a.output):
         raise SystemExit(f"bertflow.spark: {a.output} exists (pass --overwrite to replace it)")
     t0 = time.perf_counter()
@@ -188,8 +190,6 @@ def main(argv=None):
               "rows" + (f" sampled from {fitted.meta_['sampled_from']}"
                         if fitted.meta_.get("sampled_from") else ""), file=sys.stderr)
     if a.save_calibrator:
-        if fitted is None:
-            raise SystemExit("bertflow.spark: --save-calibrator needs --calibrate SPEC")
         fitted.save(a.save_calibrator)
     out = transform(emb, "embedding", fitted) if fitted is not None else emb
     out.write.mode("overwrite" if a.overwrite else "errorifexists").parquet(a.output)
