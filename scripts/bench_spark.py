@@ -169,6 +169,16 @@ def report(n, res, load_after):
               f"{min(x['rss'] for x in t)}-"
               f"{max(x['rss'] for x in t)} MB, JVM "
               f"{r['jvm_rss']:.0f} MB")
+    one = res["local[1]"]
+    rate = n / one["job"]  # end to end per core: encoder, Arrow, Parquet, scheduling
+    enc_rate = n / sum(x["encode"] for x in one["tasks"])
+    print(f"\n100M sentences, from local[1]'s per-core rates ({rate:.0f} sentences/s end to "
+          f"end, {enc_rate:.0f} in the encoder alone): 1e8 / ({rate:.0f} x cores) s, i.e. "
+          + "; ".join(f"{e} executors x {c} cores {1e8 / (rate * e * c) / 3600:.1f} h"
+                      for e, c in ((10, 4), (50, 4), (100, 8)))
+          + f" (plus one session start, {one['session']:.0f} s here; assumes sentences of "
+          "STS length, about 10-20 tokens, and scales linearly, which this 2-core machine "
+          "cannot check).")
     print(f"\nCommands: `{res['cli2']['cmd']}`; `python {res['local[2]']['cmd']}`.")
 
 
