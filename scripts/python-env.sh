@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
 # The project's Python environment: creates .venv (git-ignored) with
-# bindings/python/requirements-dev.txt (maturin, numpy, scikit-learn, pytest),
-# then builds the `bertflow` Python package from bindings/python as an abi3
-# wheel and installs it into .venv. Idempotent: the requirements are installed
-# again only when the file changes, the wheel only when it changes. The build
-# shares target/ with the workspace, so the bertflow crates are not compiled
-# twice. Needs cargo and python3 (>= 3.9) with venv and pip.
+# bindings/python/requirements-dev.txt (maturin, numpy, scikit-learn, pytest)
+# and bindings/python/requirements-spark.txt (pyspark, pyarrow, pandas: the
+# `spark` extra), then builds the `bertflow` Python package from
+# bindings/python as an abi3 wheel and installs it into .venv. Idempotent: the
+# requirements are installed again only when a file changes, the wheel only
+# when it changes. The build shares target/ with the workspace, so the
+# bertflow crates are not compiled twice. Needs cargo and python3 (>= 3.9) with venv and pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 venv=.venv
-req=bindings/python/requirements-dev.txt
+reqs=(bindings/python/requirements-dev.txt bindings/python/requirements-spark.txt)
 if [ ! -x "$venv/bin/python" ]; then
   echo "creating $venv ..." >&2
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.bertflow-requirements.sha256"
-want=$(sha256sum "$req" | cut -d' ' -f1)
+want=$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "installing $req into $venv ..." >&2
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+  echo "installing ${reqs[*]} into $venv ..." >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${reqs[@]/#/-r}"
   echo "$want" >"$stamp"
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"

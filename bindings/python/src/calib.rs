@@ -155,6 +155,15 @@ impl PyFitted {
         })
     }
 
+    /// A copy whose metadata records that it was fitted on a sample of
+    /// `fit_corpus_size` rows drawn from `total` rows (`sampled_from`).
+    fn with_sampled_from(&self, total: usize) -> PyFitted {
+        PyFitted {
+            fitted: self.fitted.clone(),
+            meta: self.meta.clone().with_sampled_from(total),
+        }
+    }
+
     /// Kind: none, sn, whiten, natsv, sn+natsv or flow.
     #[getter]
     fn kind(&self) -> &'static str {
@@ -185,7 +194,8 @@ impl PyFitted {
     }
 
     /// The file metadata as JSON (model, pooling, input_dim, fit_corpus_size,
-    /// seed, bertflow_version, format_version).
+    /// seed, bertflow_version, format_version; external and sampled_from
+    /// when set).
     #[getter]
     fn meta_json(&self) -> PyResult<String> {
         serde_json::to_string(&self.meta).map_err(|e| errors::calib_meta(e.to_string()))

@@ -91,3 +91,88 @@ def correlated(rng, n, d, rank=None):
     base = rng.standard_normal((n, rank))
     mix = rng.standard_normal((rank, d)) * np.linspace(3.0, 0.1, rank)[:, None]
     return (base @ mix + rng.standard_normal(d) * 2).astype(np.float32)
+
+
+# ---- Spark (bertflow.spark): one local session shared by every test -------------
+
+SPARK_CONF = {
+    # local[2,2]: 2 cores, a failed task is tried twice (local mode takes the
+    # attempts from the master string and ignores spark.task.maxFailures,
+    # which is set for clarity).
+    "spark.task.maxFailures": "2",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] SparkSession for the whole test run (one JVM start: 6-15 s)."""
+    try:
+        import pyspark  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError as e:
+        pytest.fail(f"{e}: the Spark tests need bindings/python/requirements-spark.txt "
+                    "(scripts/python-env.sh installs it)")
+    import shutil
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("no Java: the Spark tests need Java 17 (scripts/ensure-java.sh installs it)")
+    from bertflow.spark import local_session
+
+    session = local_session("local[2,2]", app_name="bertflow-tests", conf=SPARK_CONF)
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def stsb_test(data_dir, tmp_path_factory):
+    """The 2,551 distinct STS-B test sentences as a text file (one per line)
+    and as Parquet (id, text), in the same order."""
+    import bertflow
+
+    sentences = bertflow.sts.tasks(data_dir, ["STS-B"])[0].sentences()
+    return _write_corpus(tmp_path_factory.mktemp("stsb-test"), sentences)
+
+
+def _write_corpus(folder, sentences):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert all("\n" not in s and s.strip() for s in sentences)
+    txt = folder / "sentences.txt"
+    txt.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+    pq.write_table(pa.table({"id": pa.array(range(len(sentences)), pa.int64()),
+                             "text": sentences}), folder / "sentences.parquet")
+    return {"sentences": sentences, "txt": txt, "parquet": folder / "sentences.parquet",
+            "dir": folder}
+
+
+@pytest.fixture(scope="session")
+def cli_cache(tmp_path_factory):
+    """`--cache-dir` arguments: an embedding cache private to this test run."""
+    return ["--cache-dir", tmp_path_factory.mktemp("cli-cache")]
+
+
+@pytest.fixture(scope="session")
+def stsb_cli(stsb_test, run_cli, cli_cache):
+    """`bertflow encode` of the STS-B test sentences (last-avg): (n, 384) float32."""
+    out = stsb_test["dir"] / "cli.npy"
+    run_cli("encode", "--model", MODEL, "--pooling", "last-avg",
+            "--input", stsb_test["txt"], "--output", out, *cli_cache)
+    return np.load(out)
+
+
+def spark_vectors(df, col="embedding", id_col="id"):
+    """(ids, vectors) of a DataFrame, sorted by id; null vectors as NaN rows."""
+    t = df.select(id_col, col).toArrow()
+    ids = np.asarray(t.column(id_col).to_numpy())
+    vecs = t.column(col).to_pylist()
+    order = np.argsort(ids, kind="stable")
+    d = max((len(v) for v in vecs if v is not None), default=0)
+    X = np.full((len(vecs), d), np.nan, dtype=np.float32)
+    for i, v in enumerate(vecs):
+        if v is not None:
+            X[i] = v
+    return ids[order], X[order]

@@ -24,6 +24,7 @@ def test_abi3_wheel(tmp_path):
     assert "-cp39-abi3-" in wheels[0].name
     names = zipfile.ZipFile(wheels[0]).namelist()
     for f in ("bertflow/__init__.py", "bertflow/sts.py", "bertflow/py.typed",
-              "bertflow/__init__.pyi"):
+              "bertflow/__init__.pyi", "bertflow/spark/__init__.py",
+              "bertflow/spark/__main__.py", "bertflow/spark/_worker.py"):
         assert f in names, f
     assert any(n.startswith("bertflow/_bertflow") and n.endswith(".so") for n in names)

@@ -41,6 +41,11 @@ pub struct CalibratorMeta {
     /// `external:<label>@<fingerprint>` and `pooling` is [`EXTERNAL_POOLING`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalInput>,
+    /// Set when the calibrator (a flow) was fitted on a seeded sample: the number
+    /// of rows the `fit_corpus_size` sample rows were drawn from. Absent in
+    /// files fitted on every row (and in files written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_from: Option<usize>,
     /// The token weighting of the averaged poolings the calibrator was fitted
     /// on (absent: the plain mean). The per-token weights are stored in the
     /// file as the tensor [`WEIGHTING_TENSOR`], so the same weighting is
@@ -102,6 +107,7 @@ impl CalibratorMeta {
             format_version: FORMAT_VERSION,
             external: None,
             weighting: None,
+            sampled_from: None,
         }
     }
 
@@ -143,6 +149,7 @@ impl CalibratorMeta {
             }
         };
         meta.seed = self.seed;
+        meta.sampled_from = self.sampled_from;
         meta
     }
 
@@ -154,6 +161,13 @@ impl CalibratorMeta {
     /// Sets the seed.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
+        self
+    }
+
+    /// Records that the fit used a sample of `fit_corpus_size` rows drawn from
+    /// `total` rows.
+    pub fn with_sampled_from(mut self, total: usize) -> Self {
+        self.sampled_from = Some(total);
         self
     }
 }

@@ -358,3 +358,25 @@ fn weighting_round_trips_with_its_weights() {
     let reason = format_reason(load_bytes(&stripped));
     assert!(reason.contains(WEIGHTING_TENSOR), "{reason}");
 }
+
+#[test]
+fn sampled_from_is_recorded_and_optional() {
+    let x = data();
+    let f = fitted("flow:levels=2,steps=2,width=8,epochs=2", &x);
+    let header = |bytes: &[u8]| -> serde_json::Value {
+        let (_, md) = SafeTensors::read_metadata(bytes).unwrap();
+        serde_json::from_str(&md.metadata().as_ref().unwrap()[METADATA_KEY]).unwrap()
+    };
+    // A flow fitted on 300 rows sampled out of 1,000,000.
+    let sampled = meta(&x).with_sampled_from(1_000_000);
+    let bytes = f.to_bytes(&sampled).unwrap();
+    let (_, m) = Fitted::from_bytes(&bytes).unwrap();
+    assert_eq!(m.sampled_from, Some(1_000_000));
+    assert_eq!(m.fit_corpus_size, 300);
+    assert_eq!(header(&bytes)["meta"]["sampled_from"], 1_000_000);
+    // Without a sample the key is left out, so files read as before.
+    let bytes = f.to_bytes(&meta(&x)).unwrap();
+    assert!(header(&bytes)["meta"].get("sampled_from").is_none());
+    let (_, m) = Fitted::from_bytes(&bytes).unwrap();
+    assert_eq!(m.sampled_from, None);
+}

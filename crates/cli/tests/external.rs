@@ -169,6 +169,7 @@ fn flow_sample_is_seeded_and_recorded() {
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
     let (_, meta) = bertflow_calib::load(&a).unwrap();
     assert_eq!(meta.fit_corpus_size, 300);
+    assert_eq!(meta.sampled_from, Some(1000));
     assert_eq!(meta.seed, Some(7));
 }
 

@@ -78,6 +78,9 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
         .fingerprint()
         .unwrap_or_else(|| format!("sample-of-{rows}x{cols}"));
     let mut meta = CalibratorMeta::external(cfg.label.clone(), fingerprint, cols, used);
+    if used < rows {
+        meta = meta.with_sampled_from(rows);
+    }
     if let CalibSpec::Flow(f) = &cfg.spec {
         meta = meta.with_seed(f.seed);
     }
@@ -146,6 +149,9 @@ pub fn fit_sentences(
     );
     if let CalibSpec::Flow(cfg) = spec {
         meta = meta.with_seed(cfg.seed);
+    }
+    if used < sentences.len() {
+        meta = meta.with_sampled_from(sentences.len());
     }
     meta.weighting = weights.map(|w| to_meta(&w, weighting.counts_from()));
     Ok(FitOutcome { fitted, meta })

@@ -1,0 +1,329 @@
+"""bertflow on Apache Spark: encode and calibrate a corpus of any size.
+
+Orchestration only, over the same Rust library as everything else: the
+executors run :class:`bertflow.Encoder`, :class:`bertflow.MomentStats` and the
+calibrators inside ``mapInArrow``; the driver merges statistics and fits.
+Only the DataFrame API is used (no RDD, no broadcast), so the same code runs
+on a local session, on a cluster under ``spark-submit``, and over Spark
+Connect.
+
+- :func:`encode` adds an ``array<float>`` embedding column;
+- :func:`moment_stats` merges per-partition statistics in a tree (vectors
+  never reach the driver);
+- :func:`fit` fits ``whiten``, ``sn``, ``natsv``, ``sn+natsv`` exactly from
+  those statistics, and ``flow`` on a seeded sample collected to the driver;
+- :func:`transform` applies a fitted calibrator, shipped to the executors as
+  the calibrator file's bytes inside the mapped function.
+
+Needs the ``spark`` extra (``pip install bertflow[spark]``: pyspark 4,
+pyarrow, pandas) and Java 17. ``python -m bertflow.spark --help`` is the
+command-line job.
+"""
+
+import os
+
+from ._worker import EMPTY_RULES, SPARKFILES
+
+__all__ = ["encode", "moment_stats", "fit", "transform", "ship_model", "local_session",
+           "DEFAULT_SAMPLE_SIZE"]
+
+#: Rows of the seeded sample a flow is fitted on (see :func:`fit`).
+DEFAULT_SAMPLE_SIZE = 100_000
+
+#: Environment variable naming a marker file for fault-injection tests: the
+#: first task attempt that finds the file removes it and fails.
+FAIL_ONCE_ENV = "BERTFLOW_SPARK_FAIL_ONCE"
+
+#: Set to 1 (on the driver) to make every encode task print its model load
+#: and encode seconds and its worker's peak RSS on the executor's stderr.
+STATS_ENV = "BERTFLOW_SPARK_STATS"
+
+
+def _types():
+    from pyspark.sql import types as T
+
+    return T
+
+
+def _vector_type():
+    T = _types()
+    return T.ArrayType(T.FloatType(), containsNull=True)
+
+
+def _with_field(schema, name, dtype):
+    """``schema`` with column ``name`` replaced (kept in place) or appended."""
+    T = _types()
+    fields = list(schema.fields)
+    new = T.StructField(name, dtype, nullable=True)
+    for i, f in enumerate(fields):
+        if f.name == name:
+            fields[i] = new
+            return T.StructType(fields)
+    return T.StructType(fields + [new])
+
+
+def _check_column(df, col, types, what):
+    names = df.columns
+    if col not in names:
+        raise ValueError(f"bertflow.spark: no column {col!r} in the DataFrame (columns: {names})")
+    dtype = df.schema[col].dataType
+    if not isinstance(dtype, types):
+        raise TypeError(f"bertflow.spark: column {col!r} is {dtype.simpleString()}, not {what}")
+    return dtype
+
+
+def _task_cpus(spark):
+    try:
+        n = int(spark.conf.get("spark.task.cpus", "1"))
+    except Exception:  # pragma: no cover - a session without the setting
+        n = 1
+    return max(n, 1)
+
+
+def _resolve_model(model):
+    """``model`` as the executors should see it: an existing local directory
+    made absolute; a missing absolute or explicitly relative path fails here,
+    on the driver. Anything else (a relative path the driver cannot see, a hub
+    id, a :func:`ship_model` name) is left to the executors."""
+    if model.startswith(SPARKFILES):
+        return model
+    path = os.path.expanduser(model)
+    if os.path.exists(path):
+        return os.path.abspath(path)
+    if os.path.isabs(path) or model.startswith(("./", "../", "~")):
+        raise FileNotFoundError(
+            f"bertflow.spark: model directory {model!r} does not exist (on the driver). Every "
+            "executor must read it at the same path (a shared file system or the cluster "
+            "image) or get it with bertflow.spark.ship_model; pass check_model=False when "
+            "only the executors can see it")
+    return model
+
+
+def ship_model(spark, path):
+    """Ships a local model directory to every executor with
+    ``SparkContext.addFile(path, recursive=True)`` and returns the name to pass
+    as ``model`` (``"sparkfiles:<folder name>"``, resolved on each executor
+    with ``SparkFiles.get``). Needs a classic session (not Spark Connect, where
+    the model must be on a shared path or in the cluster image)."""
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"bertflow.spark: {path} is not a model directory")
+    spark.sparkContext.addFile(path, recursive=True)
+    return SPARKFILES + os.path.basename(path.rstrip(os.sep))
+
+
+def encode(df, text_col="text", *, model, pooling="last-avg", output_col="embedding",
+           batch_size=32, max_len=None, empty="error", threads=None, check_model=True):
+    """Adds an embedding column (``array<float>``) computed on the executors.
+
+    Each Python worker loads the model once (cached per process, the embedding
+    cache off) and encodes its partition batch by batch (Arrow batches of
+    ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows); inside a batch the
+    sentences are encoded in length-sorted mini-batches and the rows keep
+    their order, so every vector equals ``bertflow encode``'s for the same
+    sentence. Rows and every other column pass through unchanged.
+
+    Args:
+        df: The DataFrame.
+        text_col: The string column to encode.
+        model: A model directory readable at this path on every executor (a
+            shared file system, the cluster image), a hub id in each executor's
+            local Hugging Face cache, or the name returned by
+            :func:`ship_model`.
+        pooling: As for :class:`bertflow.Encoder`.
+        output_col: The new column (it must not exist yet).
+        batch_size: Sentences per forward pass.
+        max_len: Token limit (default: the model's).
+        empty: Empty or whitespace-only texts, as the CLI's ``--empty``:
+            ``"error"`` (the job fails naming the row), ``"skip"`` (the row is
+            dropped), ``"keep"`` (embedded as ``[CLS] [SEP]``). A null text
+            always gives a null embedding.
+        threads: Encoder threads per task; default ``spark.task.cpus``.
+        check_model: Check on the driver that a model path exists (and pass
+            an existing one on as an absolute path).
+
+    Returns:
+        A DataFrame with ``output_col`` appended (lazy, like every transformation).
+    """
+    T = _types()
+    _check_column(df, text_col, (T.StringType,), "a string column")
+    if output_col in df.columns:
+        raise ValueError(f"bertflow.spark: column {output_col!r} exists already")
+    if empty not in EMPTY_RULES:
+        raise ValueError(f"bertflow.spark: empty must be one of {EMPTY_RULES}, got {empty!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"bertflow.spark: batch_size must be a positive int, got {batch_size!r}")
+    model = os.fspath(model)
+    if check_model:
+        model = _resolve_model(model)
+    cfg = {
+        "text_col": text_col,
+        "output_col": output_col,
+        "model": model,
+        "pooling": pooling,
+        "max_len": max_len,
+        "batch_size": batch_size,
+        "empty": empty,
+        "threads": threads or _task_cpus(df.sparkSession),
+        "fail_once": os.environ.get(FAIL_ONCE_ENV),
+        "log_stats": os.environ.get(STATS_ENV) == "1",
+    }
+    from ._worker import encode_batches
+
+    schema = _with_field(df.schema, output_col, _vector_type())
+    return df.mapInArrow(lambda batches: encode_batches(batches, cfg), schema)
+
+
+def _stats_schema():
+    return "count long, dim int, stats binary"
+
+
+def moment_stats(df, col="embedding", *, merge_partitions=None):
+    """The :class:`bertflow.MomentStats` (count, mean, co-moments in float64)
+    of the vectors in ``col``, without collecting them.
+
+    A tree aggregation of depth 2: each partition's statistics are computed
+    where it lives (one row of ``8 * dim^2`` bytes per non-empty partition),
+    shuffled into a few merge tasks (``merge_partitions``, default: as many as
+    adaptive query execution sizes for that data, one for a small job), and
+    the merged rows are combined on the driver. Null vectors are left out;
+    vectors of different lengths are an error.
+
+    Raises:
+        ValueError: the column holds no vector.
+    """
+    from pyspark.sql import functions as F
+
+    from ._worker import merge_batches, merge_stats, stats_batches
+
+    T = _types()
+    _check_column(df, col, (T.ArrayType,), "an array column of vectors")
+    partials = df.select(col).mapInArrow(lambda b: stats_batches(b, col), _stats_schema())
+    key = F.xxhash64("stats")
+    if merge_partitions is None:
+        spread = partials.repartition(key)
+    else:
+        spread = partials.repartition(int(merge_partitions), key)
+    merged = spread.mapInArrow(merge_batches, _stats_schema())
+    total = merge_stats(merged.toArrow().column("stats").to_pylist())
+    if total is None:
+        raise ValueError(f"bertflow.spark: column {col!r} holds no vector to fit on")
+    return total
+
+
+def _flow_sample(df, col, n, seed):
+    """Up to ``n`` non-null vectors chosen by a seeded hash of their values
+    (the same rows whatever the partitioning), in hash order, and the number
+    of non-null vectors."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from ._worker import matrix
+
+    rows = df.select(col).where(F.col(col).isNotNull())
+    total = rows.count()
+    keyed = rows.select(F.xxhash64(F.col(col), F.lit(seed)).alias("_k"), F.col(col))
+    table = keyed.orderBy("_k").limit(n).toArrow()
+    X, _ = matrix(table.column(col), col)
+    return np.ascontiguousarray(X, dtype=np.float32), total
+
+
+def fit(df, col="embedding", spec="whiten", *, sample_size=DEFAULT_SAMPLE_SIZE, source=None):
+    """Fits a calibrator on the vectors of ``col``; returns it, fitted.
+
+    ``whiten``, ``whiten:k=N``, ``sn``, ``natsv:k=N`` and ``sn+natsv:k=N`` are
+    fitted from :func:`moment_stats`: exact (equal to fitting on every row at
+    once) for any number of rows, with O(dim^2) memory on the driver.
+
+    ``flow`` needs its sample in the driver's memory: it is fitted on
+    ``min(sample_size, rows)`` vectors chosen by a hash of their values seeded
+    with the flow's ``seed`` (so the sample does not depend on the
+    partitioning), in hash order. The file records the sample size
+    (``fit_corpus_size``) and, when it is a sample, the number of rows it was
+    drawn from (``sampled_from``). Memory: ``sample_size * dim * 4`` bytes.
+
+    Args:
+        spec: A spec string (``"whiten:k=256"``) or an unfitted calibrator.
+        sample_size: Rows of a flow's sample.
+        source: Recorded in the file, as in :meth:`bertflow.Calibrator.fit`: a
+            :class:`bertflow.Encoder` (so that ``bertflow encode
+            --calibrator`` accepts the file for that model and pooling), a
+            label, or None.
+
+    Tip: ``df.persist()`` first when ``df`` is expensive to compute (a flow
+    reads it twice, and a later :func:`transform` once more).
+    """
+    import bertflow
+
+    c = bertflow.calibrator(spec)
+    if c._kind != "flow":
+        return moment_stats(df, col).fit(c, source=source)
+    if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size < 2:
+        raise ValueError(f"bertflow.spark: sample_size must be an int >= 2, got {sample_size!r}")
+    T = _types()
+    _check_column(df, col, (T.ArrayType,), "an array column of vectors")
+    X, total = _flow_sample(df, col, sample_size, int(c.seed))
+    if X.shape[0] < 2:
+        raise ValueError(f"bertflow.spark: column {col!r} holds {X.shape[0]} vector(s); "
+                         "a flow needs at least 2")
+    c.fit(X, source=source)
+    if X.shape[0] < total:
+        c._set_fitted(c.calibrator_.with_sampled_from(total))
+    return c
+
+
+def transform(df, col="embedding", calibrator=None, output_col=None):
+    """Applies a fitted calibrator to the vectors of ``col`` on the executors.
+
+    Args:
+        calibrator: A fitted bertflow calibrator, a calibrator file's path, or
+            its bytes; the file's bytes travel to the executors inside the
+            mapped function (no broadcast) and each worker parses them once.
+        output_col: The output column; default ``col`` (replaced in place).
+
+    Null vectors stay null; a vector of the wrong length fails the job.
+    """
+    import bertflow
+
+    T = _types()
+    _check_column(df, col, (T.ArrayType,), "an array column of vectors")
+    if calibrator is None:
+        raise TypeError("bertflow.spark.transform needs a calibrator")
+    if isinstance(calibrator, (bytes, bytearray, memoryview)):
+        data = bytes(calibrator)
+        bertflow.Calibrator.from_bytes(data)  # fail on the driver for damaged bytes
+    elif isinstance(calibrator, bertflow.Calibrator):
+        data = calibrator.to_bytes()
+    else:
+        data = bertflow.load(calibrator).to_bytes()
+    cfg = {
+        "col": col,
+        "output_col": output_col or col,
+        "calibrator": data,
+        "fail_once": os.environ.get(FAIL_ONCE_ENV),
+    }
+    from ._worker import transform_batches
+
+    schema = _with_field(df.schema, cfg["output_col"], _vector_type())
+    return df.mapInArrow(lambda batches: transform_batches(batches, cfg), schema)
+
+
+def local_session(master="local[2]", app_name="bertflow", conf=None):
+    """A local SparkSession set up for bertflow: workers run this interpreter
+    (``PYSPARK_PYTHON``), Spark binds to 127.0.0.1 (``SPARK_LOCAL_IP``), the
+    UI is off and shuffles use few partitions. Environment variables already
+    set are kept; they take effect only when no session is running yet."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    b = SparkSession.builder.master(master).appName(app_name)
+    settings = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8"}
+    settings.update(conf or {})
+    for k, v in settings.items():
+        b = b.config(k, v)
+    return b.getOrCreate()

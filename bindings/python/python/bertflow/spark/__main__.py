@@ -1,0 +1,209 @@
+"""``python -m bertflow.spark``: sentences in, (calibrated) embeddings out, on Spark.
+
+Reads Parquet, JSONL or a text file (one sentence per line), encodes the text
+column on the executors, optionally fits a calibrator on the whole corpus and
+applies it, and writes Parquet: every input column (an id column kept, or
+added from the input order) plus ``embedding`` (``array<float>``). The same
+command runs unchanged under ``spark-submit`` (the cluster's master then
+applies; ``--master`` is for local runs).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+from bertflow.spark import DEFAULT_SAMPLE_SIZE, _worker
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m bertflow.spark",
+        description="Encode (and calibrate) sentences with bertflow on Apache Spark; "
+        "writes Parquet.")
+    p.add_argument("--input", required=True,
+                   help="Parquet file or folder, JSONL (.jsonl/.json/.ndjson) or text file "
+                   "(one sentence per line)")
+    p.add_argument("--format", choices=("auto", "parquet", "jsonl", "text"), default="auto",
+                   help="input format (default: by extension; a folder is Parquet)")
+    p.add_argument("--text-col", default="text", help="the column to encode (default: text)")
+    p.add_argument("--id-col", default="id",
+                   help="kept when the input has it, else added as the 0-based input order "
+                   "(default: id)")
+    p.add_argument("--output", required=True, help="the Parquet folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--model", default=os.environ.get("BERTFLOW_MODEL") or "models/all-MiniLM-L6-v2",
+                   help="model directory readable on every executor, or a hub id in their "
+                   "local Hugging Face cache (default: $BERTFLOW_MODEL, else "
+                   "models/all-MiniLM-L6-v2)")
+    p.add_argument("--ship-model", action="store_true",
+                   help="send the model directory to the executors with SparkContext.addFile "
+                   "instead of reading it from a shared path")
+    p.add_argument("--pooling", default="last-avg", help="pooling (default: last-avg)")
+    p.add_argument("--max-len", type=int, default=None, help="token limit per sentence")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--empty", choices=_worker.EMPTY_RULES, default="error",
+                   help="empty texts: error (default), skip (drop the row) or keep; a null "
+                   "text gives a null embedding")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--calibrate", default="none", metavar="SPEC",
+                   help="fit this calibrator on the whole input and apply it: none (default), "
+                   "sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N (exact, from merged statistics) "
+                   "or flow[:...] (on a seeded sample, see --sample-size)")
+    g.add_argument("--calibrator", metavar="FILE",
+                   help="apply this calibrator file instead of fitting one")
+    p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_SIZE,
+                   help=f"rows a flow is fitted on, collected to the driver (default: "
+                   f"{DEFAULT_SAMPLE_SIZE})")
+    p.add_argument("--save-calibrator", metavar="FILE",
+                   help="write the fitted calibrator (the CLI's .safetensors format)")
+    p.add_argument("--master", default=None,
+                   help="Spark master of a run without spark-submit, e.g. local[2] (default: "
+                   "local[*]); under spark-submit its --master applies")
+    p.add_argument("--partitions", type=int, default=None,
+                   help="repartition the input into N partitions before encoding (default: 2 "
+                   "per core in local mode, else the input's partitions)")
+    return p.parse_args(argv)
+
+
+def session(master):
+    """The running session, the one spark-submit (or SPARK_REMOTE, for Spark
+    Connect) configures, or else a local one (``master``, default local[*])."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_REMOTE" in os.environ:
+        if master:
+            print("bertflow.spark: --master is ignored under spark-submit / Spark Connect",
+                  file=sys.stderr)
+        return SparkSession.builder.appName("bertflow").getOrCreate()
+    from bertflow.spark import local_session
+
+    return local_session(master or "local[*]")
+
+
+def read_input(spark, path, fmt, text_col):
+    if fmt == "auto":
+        ext = os.path.splitext(path.rstrip("/"))[1].lower()
+        if os.path.isdir(path) or ext == ".parquet":
+            fmt = "parquet"
+        elif ext in (".jsonl", ".json", ".ndjson"):
+            fmt = "jsonl"
+        else:
+            fmt = "text"
+    if fmt == "parquet":
+        return spark.read.parquet(path)
+    if fmt == "jsonl":
+        return spark.read.json(path)
+    return spark.read.text(path).withColumnRenamed("value", text_col)
+
+
+def add_ids(df, id_col):
+    """``df`` with ``id_col`` = the 0-based row number in input order
+    (partition by partition, row by row), from the DataFrame API alone: one
+    small job counts the rows of each partition."""
+    from pyspark.sql import functions as F
+
+    pid = F.spark_partition_id()
+    counts = dict(df.select(pid.alias("p")).groupBy("p").count().collect())
+    offsets, acc = [], 0
+    for p in range(max(counts, default=-1) + 1):
+        offsets.append(acc)
+        acc += counts.get(p, 0)
+    if not offsets:
+        return df.withColumn(id_col, F.lit(0).cast("long"))
+    within = F.monotonically_increasing_id().bitwiseAND(F.lit((1 << 33) - 1))
+    start = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets]), pid + 1)
+    return df.withColumn(id_col, start + within)
+
+
+def local_cores(spark):
+    """Task slots of a local master (local[N], local[N,F], local[*]), else None."""
+    master = spark.conf.get("spark.master", "")
+    if not master.startswith("local"):
+        return None
+    inner = master[len("local"):].strip("[]").split(",")[0]
+    if inner in ("", "*"):
+        return os.cpu_count() or 1
+    return int(inner) if inner.isdigit() else None
+
+
+def driver_source(model, pooling, max_len):
+    """The Encoder whose identity the calibrator file records, when the driver
+    can load the model; else None (the file then says external embeddings)."""
+    import bertflow
+
+    try:
+        return bertflow.Encoder(model, pooling=pooling, max_len=max_len, threads=1, cache=False)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"bertflow.spark: the driver cannot load {model!r} ({e}); the calibrator file "
+              "will record external embeddings", file=sys.stderr)
+        return None
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    import bertflow
+    from bertflow.spark import encode, fit, ship_model, transform
+
+    # Bad arguments fail before the JVM starts.
+    if a.calibrator:
+        calibrator = bertflow.load(a.calibrator)
+    else:
+        calibrator = bertflow.calibrator(a.calibrate)
+    if a.save_calibrator and not a.calibrator and calibrator._kind == "none":
+        raise SystemExit("bertflow.spark: --save-calibrator needs --calibrate SPEC")
+    if not a.overwrite and os.path.exists(a.output):
+        raise SystemExit(f"bertflow.spark: {a.output} exists (pass --overwrite to replace it)")
+    t0 = time.perf_counter()
+    spark = session(a.master)
+    t_session = time.perf_counter() - t0
+    model = a.model
+    if a.ship_model:
+        model = ship_model(spark, model)
+
+    df = read_input(spark, a.input, a.format, a.text_col)
+    if a.text_col not in df.columns:
+        raise SystemExit(f"bertflow.spark: {a.input} has no column {a.text_col!r} "
+                         f"(columns: {df.columns}); pass --text-col")
+    if a.id_col not in df.columns:
+        df = add_ids(df, a.id_col)
+    parts = a.partitions or (2 * local_cores(spark) if local_cores(spark) else None)
+    if parts:
+        df = df.repartition(parts)
+    emb = encode(df, a.text_col, model=model, pooling=a.pooling, max_len=a.max_len,
+                 batch_size=a.batch_size, empty=a.empty, check_model=not a.ship_model)
+    kind = calibrator._kind
+    fitted = None
+    if a.calibrator:
+        fitted = calibrator
+    elif kind != "none":
+        from pyspark import StorageLevel
+
+        emb = emb.persist(StorageLevel.MEMORY_AND_DISK)
+        local_model = model if not a.ship_model else a.model
+        fitted = fit(emb, "embedding", calibrator, sample_size=a.sample_size,
+                     source=driver_source(local_model, a.pooling, a.max_len))
+        print(f"bertflow.spark: fitted {fitted.describe()} on {fitted.meta_['fit_corpus_size']} "
+              "rows" + (f" sampled from {fitted.meta_['sampled_from']}"
+                        if fitted.meta_.get("sampled_from") else ""), file=sys.stderr)
+    if a.save_calibrator:
+        fitted.save(a.save_calibrator)
+    out = transform(emb, "embedding", fitted) if fitted is not None else emb
+    out.write.mode("overwrite" if a.overwrite else "errorifexists").parquet(a.output)
+    t_job = time.perf_counter() - t0 - t_session
+    n = spark.read.parquet(a.output).count()
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"bertflow.spark: wrote {n} rows to {a.output} (session {t_session:.1f} s, "
+          f"job {t_job:.1f} s, driver peak RSS {rss:.0f} MB)", file=sys.stderr)
+    if kind != "none" and not a.calibrator:
+        emb.unpersist()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""The functions that run inside Spark's Python workers (``mapInArrow``).
+
+Everything here is called on the executors with Arrow record batches in and
+out. Nothing native is created on the driver and shipped: Spark's daemon
+forks the Python workers, each worker unpickles the mapped function (which
+imports bertflow there, after the fork) and creates its encoder or calibrator
+inside the function, with its thread count set to ``spark.task.cpus``; a Rust
+thread pool created before a fork would be unusable in the child. Models and
+calibrators are cached per worker process (Python workers are reused between
+tasks), so a model is loaded once per worker, not once per task or batch.
+"""
+
+import hashlib
+import os
+import socket
+import time
+
+#: Loaded encoders and calibrators of this worker process.
+_ENCODERS = {}
+_CALIBRATORS = {}
+
+#: The prefix of a model shipped with ``SparkContext.addFile`` (see
+#: :func:`bertflow.spark.ship_model`).
+SPARKFILES = "sparkfiles:"
+
+EMPTY_RULES = ("error", "skip", "keep")
+
+
+def _vector_type():
+    import pyarrow as pa
+
+    return pa.list_(pa.float32())
+
+
+def resolve_model(model):
+    """The local path of ``model`` on this executor: a ``sparkfiles:NAME``
+    model is looked up with ``SparkFiles.get``; anything else is as given."""
+    if model.startswith(SPARKFILES):
+        from pyspark import SparkFiles
+
+        return SparkFiles.get(model[len(SPARKFILES):])
+    return model
+
+
+def encoder(model, pooling, max_len, threads):
+    """The worker's encoder for these arguments (loaded on first use)."""
+    key = (model, pooling, max_len, threads)
+    enc = _ENCODERS.get(key)
+    if enc is None:
+        import bertflow
+
+        path = resolve_model(model)
+        try:
+            enc = bertflow.Encoder(path, pooling=pooling, max_len=max_len, threads=threads,
+                                   cache=False)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(
+                f"bertflow.spark: cannot load the model {model!r} on executor "
+                f"{socket.gethostname()} (looked at {path!r}): {e}. The model directory must "
+                "be readable at the same path on every executor (a shared file system or "
+                "the cluster image), or shipped with bertflow.spark.ship_model"
+            ) from None
+        _ENCODERS[key] = enc
+    return enc
+
+
+def calibrator(data):
+    """The worker's calibrator for these file bytes (parsed on first use)."""
+    key = hashlib.sha256(data).hexdigest()
+    c = _CALIBRATORS.get(key)
+    if c is None:
+        import bertflow
+
+        c = bertflow.Calibrator.from_bytes(data)
+        _CALIBRATORS[key] = c
+    return c
+
+
+def maybe_fail(marker):
+    """Fault injection for tests: when ``marker`` names an existing file, the
+    first task to get here renames it to ``marker + ".fired"`` and raises, so
+    exactly one task attempt fails (Spark retries it)."""
+    if not marker:
+        return
+    try:
+        os.rename(marker, marker + ".fired")
+    except OSError:
+        return  # not armed, or another task took it
+    raise RuntimeError(f"bertflow.spark: injected failure ({marker})")
+
+
+def _describe_row(batch, i, skip):
+    """The other columns of row ``i`` (short), to name a failing row."""
+    row = batch.slice(i, 1).to_pylist()[0]
+    items = [f"{k}={v!r}"[:60] for k, v in row.items() if k != skip][:4]
+    return "{" + ", ".join(items) + "}"
+
+
+def vectors_array(X, present, n):
+    """An Arrow ``list<float>`` array of ``n`` rows: the rows of float32 ``X``
+    where ``present`` is true, null elsewhere."""
+    import numpy as np
+    import pyarrow as pa
+
+    present = np.asarray(present, dtype=bool)
+    d = X.shape[1] if X.ndim == 2 else 0
+    sizes = np.where(present, d, 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)  # int32 in the array: a batch is < 2^31 floats
+    np.cumsum(sizes, out=offsets[1:])
+    values = pa.array(np.ascontiguousarray(X, dtype=np.float32).reshape(-1))
+    mask = None if present.all() else pa.array(~present)
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values,
+                                    type=_vector_type(), mask=mask)
+
+
+def matrix(column, name):
+    """The non-null rows of an Arrow list column as an ``(n, d)`` float32
+    matrix, and the boolean mask of the non-null rows."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    present = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    rows = column.filter(pa.array(present)) if not present.all() else column
+    n = len(rows)
+    if n == 0:
+        return np.zeros((0, 0), dtype=np.float32), present
+    lengths = rows.value_lengths().to_numpy(zero_copy_only=False)
+    d = int(lengths[0])
+    if (lengths != d).any():
+        bad = int(np.flatnonzero(lengths != d)[0])
+        raise ValueError(
+            f"bertflow.spark: column {name!r} holds vectors of different lengths "
+            f"({d} and {int(lengths[bad])})")
+    flat = rows.flatten()
+    if flat.null_count:
+        raise ValueError(f"bertflow.spark: column {name!r} holds null elements inside a vector")
+    values = flat.to_numpy(zero_copy_only=False)
+    if values.dtype != np.float32 and values.dtype != np.float64:
+        values = values.astype(np.float64)
+    return values.reshape(n, d), present
+
+
+def encode_batches(batches, cfg):
+    """``mapInArrow`` body of :func:`bertflow.spark.encode`: appends the
+    embedding column to every batch."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    enc = None
+    field = pa.field(cfg["output_col"], _vector_type())
+    clock = {"load": 0.0, "encode": 0.0, "rows": 0, "start": time.perf_counter()}
+    for k, batch in enumerate(batches):
+        col = batch.column(cfg["text_col"])
+        present = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0), False)
+        blank = np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+        if blank.any():
+            if cfg["empty"] == "error":
+                i = int(np.flatnonzero(blank)[0])
+                raise ValueError(
+                    f"bertflow.spark: empty text in column {cfg['text_col']!r} at row "
+                    f"{_describe_row(batch, i, cfg['text_col'])}; pass empty='skip' to drop "
+                    "empty texts or empty='keep' to embed them (the CLI's --empty rule)")
+            if cfg["empty"] == "skip":
+                batch = batch.filter(pa.array(~blank))
+                col = batch.column(cfg["text_col"])
+                present = present[~blank]
+        texts = [t for t, p in zip(col.to_pylist(), present) if p]
+        if texts:
+            if enc is None:
+                t = time.perf_counter()
+                enc = encoder(cfg["model"], cfg["pooling"], cfg["max_len"], cfg["threads"])
+                clock["load"] += time.perf_counter() - t
+            t = time.perf_counter()
+            X = enc.encode(texts, batch_size=cfg["batch_size"])
+            clock["encode"] += time.perf_counter() - t
+            clock["rows"] += len(texts)
+        else:
+            X = np.zeros((0, 0), dtype=np.float32)
+        out = vectors_array(X, present, batch.num_rows)
+        yield pa.RecordBatch.from_arrays(list(batch.columns) + [out],
+                                         schema=batch.schema.append(field))
+        if k == 0:
+            maybe_fail(cfg.get("fail_once"))
+    if cfg.get("log_stats"):
+        log_task(clock)
+
+
+def log_task(clock):
+    """One stderr line per task (``BERTFLOW_SPARK_STATS=1``, for benchmarks):
+    model load and encode seconds, rows, and the worker's peak RSS so far."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    total = time.perf_counter() - clock["start"]
+    sys.stderr.write(
+        f"bertflow.spark task: pid {os.getpid()} rows {clock['rows']} load_s {clock['load']:.2f} "
+        f"encode_s {clock['encode']:.2f} task_s {total:.2f} peak_rss_mb {rss:.0f}\n")
+    sys.stderr.flush()
+
+
+def stats_batches(batches, col):
+    """``mapInArrow`` body of the first level of
+    :func:`bertflow.spark.moment_stats`: one row (count, dim, statistics
+    bytes) per non-empty partition; null vectors are left out."""
+    stats = None
+    for batch in batches:
+        X, _ = matrix(batch.column(col), col)
+        if X.shape[0] == 0:
+            continue
+        if stats is None:
+            import bertflow
+
+            stats = bertflow.MomentStats(X.shape[1])
+        stats.update(X)
+    if stats is not None:
+        yield _stats_batch([stats])
+
+
+def _stats_batch(stats):
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict({
+        "count": pa.array([s.count for s in stats], pa.int64()),
+        "dim": pa.array([s.dim for s in stats], pa.int32()),
+        "stats": pa.array([s.to_bytes() for s in stats], pa.binary()),
+    })
+
+
+def merge_stats(rows):
+    """Merges (count, dim, stats) rows into one MomentStats (None for none)."""
+    import bertflow
+
+    total = None
+    for data in rows:
+        s = bertflow.MomentStats.from_bytes(data)
+        if total is None:
+            total = s
+        elif s.dim != total.dim:
+            raise ValueError(
+                f"bertflow.spark: vectors of different dimensions ({total.dim} and {s.dim})")
+        else:
+            total.merge(s)
+    return total
+
+
+def merge_batches(batches):
+    """``mapInArrow`` body of the second level of the tree aggregation: the
+    partial statistics of a partition merged into one row."""
+    total = merge_stats(data for b in batches for data in b.column("stats").to_pylist())
+    if total is not None:
+        yield _stats_batch([total])
+
+
+def transform_batches(batches, cfg):
+    """``mapInArrow`` body of :func:`bertflow.spark.transform`."""
+    import numpy as np
+    import pyarrow as pa
+
+    c = calibrator(cfg["calibrator"])
+    field = pa.field(cfg["output_col"], _vector_type())
+    for k, batch in enumerate(batches):
+        X, present = matrix(batch.column(cfg["col"]), cfg["col"])
+        if X.shape[0]:
+            if X.shape[1] != c.n_features_in_:
+                raise ValueError(
+                    f"bertflow.spark: column {cfg['col']!r} holds {X.shape[1]}-dimensional "
+                    f"vectors, the calibrator ({c.describe()}) takes {c.n_features_in_}")
+            Y = c.transform(X)
+        else:
+            Y = np.zeros((0, 0), dtype=np.float32)
+        out = vectors_array(Y, present, batch.num_rows)
+        names = batch.schema.names
+        if cfg["output_col"] in names:
+            i = names.index(cfg["output_col"])
+            cols = list(batch.columns)
+            cols[i] = out
+            schema = batch.schema.set(i, field)
+        else:
+            cols = list(batch.columns) + [out]
+            schema = batch.schema.append(field)
+        yield pa.RecordBatch.from_arrays(cols, schema=schema)
+        if k == 0:
+            maybe_fail(cfg.get("fail_once"))

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Throughput of `python -m bertflow.spark` at local[1] and local[2] against the
+single-process CLI (`bertflow encode`) on the same sentences, in one run.
+
+Usage (after scripts/setup.sh; a quiet machine: check `uptime`):
+
+    .venv/bin/python scripts/bench_spark.py [--limit N] [--pooling last-avg]
+
+The corpus is every distinct sentence of the seven STS tasks (about 30k; the
+set `bertflow compare` encodes), as a text file for the CLI and as Parquet for
+Spark. Each run is timed end to end (process start to exit) and the Spark
+command reports its own split: session (JVM) start, job time, the driver's
+peak RSS, and per task (BERTFLOW_SPARK_STATS=1) model load, encode seconds and
+the worker's peak RSS. The largest process of each tree (the JVM for Spark) is
+polled from /proc (VmHWM). Prints Markdown.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu():
+    info = Path("/proc/cpuinfo").read_text()
+    model = re.search(r"model name\s*:\s*(.*)", info).group(1).strip()
+    flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split())
+    keep = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16") if f in flags]
+    return f"{model}, {os.cpu_count()} cores, flags {' '.join(keep)}"
+
+
+def _tree_peaks(root, peaks):
+    """Adds the VmHWM (peak RSS, kB) of every live descendant of ``root`` to
+    ``peaks`` (pid -> (name, kB))."""
+    children = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            st = (d / "status").read_text()
+        except OSError:
+            continue
+        ppid = int(re.search(r"PPid:\s*(\d+)", st).group(1))
+        children.setdefault(ppid, []).append((int(d.name), st))
+    todo = [root]
+    while todo:
+        for pid, st in children.get(todo.pop(), []):
+            todo.append(pid)
+            hwm = re.search(r"VmHWM:\s*(\d+)", st)
+            name = re.search(r"Name:\s*(\S+)", st).group(1)
+            if hwm:
+                peaks[pid] = (name, max(int(hwm.group(1)), peaks.get(pid, ("", 0))[1]))
+
+
+def run(cmd, env=None):
+    """(wall seconds, stderr, {pid: (name, peak RSS MB)} of the child and every
+    descendant, polled from /proc every 0.2 s)."""
+    t = time.perf_counter()
+    peaks = {}
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                             text=True)
+        while p.poll() is None:
+            _tree_peaks(os.getpid(), peaks)
+            time.sleep(0.2)
+        wall = time.perf_counter() - t
+        err.seek(0)
+        text = err.read()
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed:\n{text[-4000:]}")
+    return wall, text, {pid: (name, kb / 1024) for pid, (name, kb) in peaks.items()}
+
+
+def corpus(folder, limit):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import bertflow
+
+    seen, out = set(), []
+    for t in bertflow.sts.tasks():
+        for s in t.sentences():
+            if s not in seen and s.strip() and "\n" not in s:
+                seen.add(s)
+                out.append(s)
+    out = out[:limit] if limit else out
+    (folder / "corpus.txt").write_text("".join(s + "\n" for s in out), encoding="utf-8")
+    pq.write_table(pa.table({"text": out}), folder / "corpus.parquet")
+    return len(out)
+
+
+def spark_run(folder, master, pooling):
+    env = dict(os.environ, BERTFLOW_SPARK_STATS="1")
+    out = folder / f"out-{master.strip('local[]')}.parquet"
+    cmd = [sys.executable, "-m", "bertflow.spark", "--input", str(folder / "corpus.parquet"),
+           "--output", str(out), "--overwrite", "--pooling", pooling, "--master", master]
+    wall, err, peaks = run(cmd, env)
+    m = re.search(r"session ([\d.]+) s, job ([\d.]+) s, driver peak RSS (\d+) MB", err)
+    tasks = [dict(zip(("pid", "rows", "load", "encode", "task", "rss"),
+                      (int(a), int(b), float(c), float(d), float(e), int(f))))
+             for a, b, c, d, e, f in re.findall(
+                 r"task: pid (\d+) rows (\d+) load_s ([\d.]+) encode_s ([\d.]+) "
+                 r"task_s ([\d.]+) peak_rss_mb (\d+)", err)]
+    return {"cmd": " ".join(cmd[1:]), "wall": wall, "session": float(m.group(1)),
+            "job": float(m.group(2)), "driver_rss": int(m.group(3)), "tasks": tasks,
+            "jvm_rss": max((mb for name, mb in peaks.values() if name == "java"), default=0)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=None, help="use the first N sentences")
+    ap.add_argument("--pooling", default="last-avg")
+    a = ap.parse_args()
+    exe = os.environ.get("BERTFLOW_BIN") or str(ROOT / "target" / "release" / "bertflow")
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
+        folder = Path(tmp)
+        n = corpus(folder, a.limit)
+        print(f"{n} sentences; load before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+        res = {}
+        for threads in (1, 2):
+            cmd = [exe, "--quiet", "encode", "--no-cache", "--threads", str(threads),
+                   "--pooling", a.pooling, "--input", str(folder / "corpus.txt"),
+                   "--output", str(folder / f"cli{threads}.npy")]
+            wall, _, peaks = run(cmd)
+            res[f"cli{threads}"] = {"cmd": " ".join(cmd[2:]), "wall": wall,
+                                    "rss": max(mb for _, mb in peaks.values())}
+            print(f"cli {threads} thread(s): {wall:.1f} s", file=sys.stderr)
+        for master in ("local[1]", "local[2]"):
+            res[master] = spark_run(folder, master, a.pooling)
+            print(f"spark {master}: {res[master]['wall']:.1f} s", file=sys.stderr)
+        load_after = os.getloadavg()[0]
+    report(n, res, load_after)
+
+
+def report(n, res, load_after):
+    print(f"Machine: {cpu()}; load average after the run {load_after:.2f}.\n")
+    pooling = res["local[2]"]["cmd"].split("--pooling ")[1].split()[0]
+    print(f"{n:,} distinct STS sentences, `{pooling}`, batch 32, no embedding cache; wall "
+          "time from process start to exit.\n")
+    print("| run | wall s | sentences/s | ratio |")
+    print("|---|---:|---:|---:|")
+    for key, label, peer in (("cli1", "`bertflow encode --threads 1`", None),
+                             ("local[1]", "`python -m bertflow.spark --master local[1]`", "cli1"),
+                             ("cli2", "`bertflow encode --threads 2`", None),
+                             ("local[2]", "`python -m bertflow.spark --master local[2]`", "cli2")):
+        r = res[key]
+        ratio = f"**{res[peer]['wall'] / r['wall']:.2f}x** the CLI" if peer else ""
+        print(f"| {label} | {r['wall']:.1f} | {n / r['wall']:.0f} | {ratio} |")
+    print()
+    for master in ("local[1]", "local[2]"):
+        r = res[master]
+        t = r["tasks"]
+        enc = sum(x["encode"] for x in t)
+        load = [x["load"] for x in t if x["load"] > 0]
+        slots = int(master.strip("local[]"))
+        print(f"- {master}: session (JVM) start {r['session']:.1f} s; job {r['job']:.1f} s "
+              f"({len(t)} tasks; encoder busy {enc:.1f} s in total = {n / enc:.0f} sentences/s "
+              f"per core; model loads {len(load)} x {statistics.mean(load):.2f} s; "
+              f"the rest of the job, {r['job'] - (enc + sum(load)) / slots:.1f} s per slot, is "
+              f"Parquet I/O, Arrow transfer, the id job and scheduling); peak RSS: driver "
+              f"{r['driver_rss']} MB, the CLI {res['cli' + str(slots)]['rss']:.0f} MB, workers "
+              f"{min(x['rss'] for x in t)}-"
+              f"{max(x['rss'] for x in t)} MB, JVM "
+              f"{r['jvm_rss']:.0f} MB")
+    one = res["local[1]"]
+    rate = n / one["job"]  # end to end per core: encoder, Arrow, Parquet, scheduling
+    enc_rate = n / sum(x["encode"] for x in one["tasks"])
+    print(f"\n100M sentences, from local[1]'s per-core rates ({rate:.0f} sentences/s end to "
+          f"end, {enc_rate:.0f} in the encoder alone): 1e8 / ({rate:.0f} x cores) s, i.e. "
+          + "; ".join(f"{e} executors x {c} cores {1e8 / (rate * e * c) / 3600:.1f} h"
+                      for e, c in ((10, 4), (50, 4), (100, 8)))
+          + f" (plus one session start, {one['session']:.0f} s here; assumes sentences of "
+          "STS length, about 10-20 tokens, and scales linearly, which this 2-core machine "
+          "cannot check).")
+    print(f"\nCommands: `{res['cli2']['cmd']}`; `python {res['local[2]']['cmd']}`.")
+
+
+if __name__ == "__main__":
+    main()
