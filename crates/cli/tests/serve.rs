@@ -148,12 +148,21 @@ fn reference() -> &'static Reference {
         // as if for another model (so serve needs --allow-mismatch).
         let spec: CalibSpec = "whiten:k=32".parse().unwrap();
         let fitted = bertflow_calib::fit(&spec, raw.view(), &mut FitOptions::new()).unwrap();
-        let meta = CalibratorMeta::new(
+        let mut meta = CalibratorMeta::new(
             "some-other-model@0000",
             "last-avg",
             raw.ncols(),
             raw.nrows(),
         );
+        // It carries uSIF token weights (counted on the sentences): `encode
+        // --calibrator` applies them, and the served vectors must equal its output.
+        let enc = bertflow_encoder::Encoder::load(model_dir().to_str().unwrap(), None).unwrap();
+        let texts: Vec<String> = SENTENCES.iter().map(|s| s.to_string()).collect();
+        let weights = bertflow_core::weighting::Weighting::new("usif".parse().unwrap())
+            .weights(&enc, &texts)
+            .unwrap()
+            .expect("usif has weights");
+        meta.weighting = Some(bertflow_core::weighting::to_meta(&weights, "test".into()));
         let calib = dir.path().join("whiten.safetensors");
         fitted.save(&calib, &meta).unwrap();
 

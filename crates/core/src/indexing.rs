@@ -51,6 +51,8 @@ pub fn embed_into_index(
     writer: &mut IndexWriter,
 ) -> Result<usize> {
     let source = embedder.encoder.source(pooling)?;
+    // A calibrator fitted with a token weighting brings its weights.
+    let weights = calibrator.map(|c| c.weights()).transpose()?.flatten();
     let bar = embedder
         .progress
         .bar(texts.len() as u64, "embedding the corpus", "sentences");
@@ -58,7 +60,13 @@ pub fn embed_into_index(
     for part in texts.chunks(chunk.max(1)) {
         let out = embedder
             .encoder
-            .encode(part, std::slice::from_ref(&source), &embedder.opts, &|_| {})
+            .encode_weighted(
+                part,
+                std::slice::from_ref(&source),
+                &embedder.opts,
+                weights.as_ref(),
+                &|_| {},
+            )
             .context("encoding the corpus failed")?;
         let raw =
             out.embeddings.into_iter().next().ok_or_else(|| {

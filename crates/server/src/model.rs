@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use bertflow_core::indexing::index_identity;
 use bertflow_core::LoadedCalibrator;
-use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
+use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling, TokenWeights};
 use bertflow_index::{Ann, Identity, Index};
 
 use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
@@ -19,6 +19,8 @@ pub struct ModelBackend {
     encoder: Encoder,
     source: PoolSource,
     calibrator: Option<LoadedCalibrator>,
+    /// The calibrator's token weights (`None`: the plain mean).
+    weights: Option<TokenWeights>,
     opts: EncodeOptions,
     info: BackendInfo,
     identity: Identity,
@@ -41,6 +43,10 @@ impl ModelBackend {
         })?;
         let identity = index_identity(&encoder, pooling, calibrator.as_ref())
             .map_err(|e| BackendError::new(e.chain()))?;
+        let weights = match &calibrator {
+            Some(c) => c.weights().map_err(|e| BackendError::new(e.chain()))?,
+            None => None,
+        };
         let info = BackendInfo {
             model_id: encoder.model_id().to_string(),
             pooling: pooling.to_string(),
@@ -56,6 +62,7 @@ impl ModelBackend {
             encoder,
             source,
             calibrator,
+            weights,
             opts,
             info,
             identity,
@@ -109,10 +116,11 @@ impl EmbedBackend for ModelBackend {
     fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
         let out = self
             .encoder
-            .encode(
+            .encode_weighted(
                 texts,
                 std::slice::from_ref(&self.source),
                 &self.opts,
+                self.weights.as_ref(),
                 &|_| {},
             )
             .map_err(|e| BackendError::new(format!("encoding failed: {e}")))?;
