@@ -4,43 +4,10 @@
 //! The `_ci` tests run a reduced task set so CI stays fast; the `#[ignore]`d
 //! ones run all seven tasks: `scripts/slow-tests.sh` (or
 //! `cargo test --release -p bertflow --test sts_scores -- --ignored`).
+mod common;
+
+use common::run_json;
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Run `bertflow <args> --json` with the default model and a private cache.
-fn run_json(args: &[&str]) -> Value {
-    let cache = tempfile::tempdir().unwrap();
-    let model = repo().join("models/all-MiniLM-L6-v2");
-    assert!(
-        model.join("model.safetensors").is_file(),
-        "run scripts/fetch_model.sh first"
-    );
-    let data = std::env::var("BERTFLOW_DATA").unwrap_or_else(|_| {
-        repo()
-            .join("../shared/data/sts")
-            .to_string_lossy()
-            .into_owned()
-    });
-    let out = Command::new(env!("CARGO_BIN_EXE_bertflow"))
-        .args(args)
-        .arg("--json")
-        .env("BERTFLOW_CACHE", cache.path())
-        .env("BERTFLOW_MODEL", &model)
-        .env("BERTFLOW_DATA", data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 const TASKS: [&str; 7] = [
     "STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R",

@@ -47,6 +47,14 @@ pub fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `bertflow <args> --json` with a fresh private cache, parsed; panics on failure.
+pub fn run_json(args: &[&str]) -> serde_json::Value {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let mut args = args.to_vec();
+    args.push("--json");
+    serde_json::from_str(&ok(&bertflow(&args, cache.path()))).expect("JSON on stdout")
+}
+
 /// Stderr of a failed run; panics if it succeeded.
 pub fn fails(out: &Output) -> String {
     assert!(

@@ -308,11 +308,17 @@ def transform(df, col="embedding", calibrator=None, output_col=None):
     return df.mapInArrow(lambda batches: transform_batches(batches, cfg), schema)
 
 
-def local_session(master="local[2]", app_name="bertflow", conf=None):
+def local_session(master="local[2]", app_name="bertflow", conf=None, connect=False):
     """A local SparkSession set up for bertflow: workers run this interpreter
     (``PYSPARK_PYTHON``), Spark binds to 127.0.0.1 (``SPARK_LOCAL_IP``), the
     UI is off and shuffles use few partitions. Environment variables already
-    set are kept; they take effect only when no session is running yet."""
+    set are kept; they take effect only when no session is running yet.
+
+    With ``connect=True`` the session is a Spark Connect client of a local
+    Connect server that PySpark starts for it (``builder.remote(master)``; needs
+    the ``connect`` packages of requirements-spark.txt). bertflow.spark runs
+    unchanged over it, as it would against ``sc://host:port`` on a cluster. A
+    process holds classic or Connect sessions, not both."""
     import sys
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -321,8 +327,12 @@ def local_session(master="local[2]", app_name="bertflow", conf=None):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    b = SparkSession.builder.master(master).appName(app_name)
-    settings = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8"}
+    b = SparkSession.builder.appName(app_name)
+    b = b.remote(master) if connect else b.master(master)
+    # The UI setting is static: a Connect client cannot set it (PySpark warns).
+    settings = {"spark.sql.shuffle.partitions": "8"}
+    if not connect:
+        settings["spark.ui.enabled"] = "false"
     settings.update(conf or {})
     for k, v in settings.items():
         b = b.config(k, v)

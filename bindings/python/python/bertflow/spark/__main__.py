@@ -192,7 +192,7 @@ def main(argv=None):
     if a.save_calibrator:
         fitted.save(a.save_calibrator)
     out = transform(emb, "embedding", fitted) if fitted is not None else emb
-    out.write.mode("overwrite" if a.overwrite else "errorifexists").parquet(a.output)
+    out.write.mode("overwrite" if a.overwrite else "error").parquet(a.output)
     t_job = time.perf_counter() - t0 - t_session
     n = spark.read.parquet(a.output).count()
     import resource
