@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
-cargo test --release --locked -p bertflow --test sts_scores -- --ignored "$@"
+cargo test --release --locked -p bertflow --test sts_scores --test auto_scores -- --ignored "$@"
 # int8 encoder: mean cosine to fp32 >= 0.99 over the unique sentences of STS-B test.
 cargo test --release --locked -p bertflow-encoder --test int8 -- --ignored "$@"
 # Headless Chromium (Debian's package) opens the playground and the report; the tests
