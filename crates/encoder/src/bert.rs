@@ -5,13 +5,16 @@
 //! output of transformer layer `i`. This matches `output_hidden_states=True` in
 //! Hugging Face transformers.
 use crate::config::{BertConfig, HiddenAct};
-use crate::error::Result;
+use crate::error::{EncoderError, Result};
 use crate::precision::Precision;
 use crate::weights::Weights;
 use bertflow_kernels::{Act, Isa, QuantLinear};
-use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, Device, InplaceOp1, InplaceOp2, Layout, Shape, Tensor,
-};
+use candle_core::{Device, Tensor};
+use ops::{BiasAct, BiasResidual, Int8Linear};
+
+mod host;
+mod ops;
+pub use host::Workspace;
 
 /// y = x W^T + b, with W^T stored contiguous for the matrix product.
 struct Linear {
@@ -105,155 +108,26 @@ impl Linear {
     }
 }
 
-fn not_f32(op: &str) -> candle_core::Error {
-    candle_core::Error::Msg(format!("{op}: expected a contiguous f32 tensor"))
-}
-
-/// In place: each row `+= bias`, then the activation.
-struct BiasAct<'a> {
-    bias: &'a [f32],
-    act: Act,
-}
-
-impl InplaceOp1 for BiasAct<'_> {
-    fn name(&self) -> &'static str {
-        "bias-act"
-    }
-
-    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
-        let (CpuStorage::F32(v), Some((start, end))) = (storage, layout.contiguous_offsets())
-        else {
-            return Err(not_f32(self.name()));
-        };
-        let d = self.bias.len();
-        let v = &mut v[start..end];
-        if d == 0 || !v.len().is_multiple_of(d) {
-            return Err(not_f32(self.name()));
-        }
-        for row in v.chunks_exact_mut(d) {
-            for (x, &b) in row.iter_mut().zip(self.bias) {
-                *x += b;
-            }
-        }
-        self.act.apply(v);
-        Ok(())
-    }
-}
-
-/// In place: each row `+= bias + residual row`.
-struct BiasResidual<'a> {
-    bias: &'a [f32],
-}
-
-impl InplaceOp2 for BiasResidual<'_> {
-    fn name(&self) -> &'static str {
-        "bias-residual"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<()> {
-        let (CpuStorage::F32(v), CpuStorage::F32(r), Some((start, end)), Some((rstart, rend))) =
-            (s1, s2, l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
-            return Err(not_f32(self.name()));
-        };
-        let d = self.bias.len();
-        let (v, r) = (&mut v[start..end], &r[rstart..rend]);
-        if d == 0 || !v.len().is_multiple_of(d) || v.len() != r.len() {
-            return Err(not_f32(self.name()));
-        }
-        for (row, res) in v.chunks_exact_mut(d).zip(r.chunks_exact(d)) {
-            for ((x, &b), &y) in row.iter_mut().zip(self.bias).zip(res) {
-                *x += b + y;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `act(x Wq^T + b [+ residual])` through bertflow-kernels' int8 layer.
-struct Int8Linear<'a> {
-    lin: &'a QuantLinear,
-    isa: Isa,
-    act: Act,
-}
-
-impl Int8Linear<'_> {
-    fn run(
-        &self,
-        x: &CpuStorage,
-        lx: &Layout,
-        res: Option<(&CpuStorage, &Layout)>,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(x), Some((start, end))) = (x, lx.contiguous_offsets()) else {
-            return Err(not_f32("int8-linear"));
-        };
-        let x = &x[start..end];
-        let (k, n) = (self.lin.in_dim(), self.lin.out_dim());
-        if lx.dims().last() != Some(&k) {
-            return Err(not_f32("int8-linear"));
-        }
-        let m = x.len() / k;
-        let residual = match res {
-            None => None,
-            Some((CpuStorage::F32(r), l)) => {
-                let (rs, re) = l
-                    .contiguous_offsets()
-                    .ok_or_else(|| not_f32("int8-linear residual"))?;
-                Some(&r[rs..re])
-            }
-            Some(_) => return Err(not_f32("int8-linear residual")),
-        };
-        let mut out = vec![0f32; m * n];
-        self.lin
-            .forward(self.isa, x, m, residual, self.act, &mut out)
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-        let mut dims = lx.dims().to_vec();
-        *dims.last_mut().expect("checked above") = n;
-        Ok((CpuStorage::F32(out), Shape::from(dims)))
-    }
-}
-
-impl CustomOp1 for Int8Linear<'_> {
-    fn name(&self) -> &'static str {
-        "int8-linear"
-    }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.run(s, l, None)
-    }
-}
-
-impl CustomOp2 for Int8Linear<'_> {
-    fn name(&self) -> &'static str {
-        "int8-linear-residual"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.run(s1, l1, Some((s2, l2)))
-    }
-}
-
 struct LayerNorm {
     w: Tensor,
     b: Tensor,
+    /// `w` and `b` on the host, for the CPU forward pass.
+    w_host: Vec<f32>,
+    b_host: Vec<f32>,
     eps: f32,
 }
 
 impl LayerNorm {
     fn load(w: &Weights, name: &str, h: usize, eps: f64) -> Result<Self> {
+        let (w, b) = (
+            w.get(&format!("{name}.weight"), &[h])?,
+            w.get(&format!("{name}.bias"), &[h])?,
+        );
         Ok(Self {
-            w: w.get(&format!("{name}.weight"), &[h])?,
-            b: w.get(&format!("{name}.bias"), &[h])?,
+            w_host: w.to_vec1()?,
+            b_host: b.to_vec1()?,
+            w,
+            b,
             eps: eps as f32,
         })
     }
@@ -446,9 +320,60 @@ impl BertModel {
         &self.word
     }
 
-    /// Forward a padded batch. `ids`: b rows of equal length t (padded with the pad
-    /// id), `lens`: the real length of each row. Returns hidden states `0..=upto`,
-    /// each [b, t, hidden]; layers above `upto` are not computed.
+    /// Errors unless `ids` holds `lens.len()` rows of `t` ids below the vocabulary
+    /// size, every length is in `1..=t`, `t` fits the position table and `upto` is
+    /// a layer of this model.
+    fn check_batch(&self, ids: &[u32], lens: &[usize], t: usize, upto: usize) -> Result<()> {
+        let cfg = &self.config;
+        let bad = |msg: String| Err(EncoderError::Unsupported(format!("forward pass: {msg}")));
+        if ids.len() != lens.len() * t {
+            return bad(format!("{} ids for {} rows of {t}", ids.len(), lens.len()));
+        }
+        if t > cfg.max_position_embeddings {
+            return bad(format!(
+                "{t} tokens exceed the {} positions",
+                cfg.max_position_embeddings
+            ));
+        }
+        if let Some(l) = lens.iter().find(|&&l| l == 0 || l > t) {
+            return bad(format!("sentence length {l} outside 1..={t}"));
+        }
+        if let Some(id) = ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return bad(format!(
+                "token id {id} >= vocabulary size {}",
+                cfg.vocab_size
+            ));
+        }
+        if upto > self.layers.len() {
+            return bad(format!("layer {upto} of {}", self.layers.len()));
+        }
+        Ok(())
+    }
+
+    /// Forward a padded batch into `ws` (see [`BertModel::forward`] for the
+    /// arguments); read the hidden states with [`Workspace::states`]. fp32 on the
+    /// CPU runs the allocation-free forward pass of [`host`]; other precisions and
+    /// devices run [`BertModel::forward`] and copy its states to the host.
+    pub fn forward_into(
+        &self,
+        ids: &[u32],
+        lens: &[usize],
+        t: usize,
+        upto: usize,
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        if self.precision == Precision::Fp32 && self.device.is_cpu() {
+            self.check_batch(ids, lens, t, upto)?;
+            return host::forward(self, ids, lens, t, upto, ws);
+        }
+        let states = self.forward(ids, lens, t, upto)?;
+        ws.set_states(&states)
+    }
+
+    /// Forward a padded batch through candle tensors. `ids`: b rows of equal
+    /// length t (padded with the pad id), `lens`: the real length of each row.
+    /// Returns hidden states `0..=upto`, each [b, t, hidden]; layers above `upto`
+    /// are not computed.
     pub fn forward(
         &self,
         ids: &[u32],
@@ -456,6 +381,7 @@ impl BertModel {
         t: usize,
         upto: usize,
     ) -> Result<Vec<Tensor>> {
+        self.check_batch(ids, lens, t, upto)?;
         let b = lens.len();
         let h = self.config.hidden_size;
         let ids_t = Tensor::from_slice(ids, (b * t,), &self.device)?;

@@ -1,6 +1,6 @@
 //! Batched encoding: tokenise, sort by length, run batches on worker threads,
 //! pool, restore the input order.
-use crate::bert::BertModel;
+use crate::bert::{BertModel, Workspace};
 use crate::config::BertConfig;
 use crate::error::{io_err, EncoderError, Result};
 use crate::files::{ModelFiles, TokenizerFile, WeightsFile};
@@ -9,7 +9,7 @@ use crate::precision::Precision;
 use crate::tokenize::TextTokenizer;
 use crate::weighting::TokenWeights;
 use crate::weights::Weights;
-use candle_core::{Device, IndexOp, Tensor};
+use candle_core::{Device, Tensor};
 use ndarray::Array2;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Seek, SeekFrom};
@@ -285,27 +285,31 @@ impl Encoder {
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
         let first_error: Mutex<Option<EncoderError>> = Mutex::new(None);
-        let worker = || loop {
-            let b = next.fetch_add(1, Ordering::Relaxed);
-            if b >= batches.len() || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
-                return;
-            }
-            let batch = batches[b];
-            match self.run_batch(batch, ids, sources, upto, weights) {
-                Ok(pooled) => {
-                    for (out, rows) in outputs.iter().zip(pooled) {
-                        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-                        for (k, &i) in batch.iter().enumerate() {
-                            out[i * dim..(i + 1) * dim]
-                                .copy_from_slice(&rows[k * dim..(k + 1) * dim]);
-                        }
-                    }
-                    progress(done.fetch_add(batch.len(), Ordering::Relaxed) + batch.len());
-                }
-                Err(e) => {
-                    let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
-                    slot.get_or_insert(e);
+        let worker = || {
+            // This worker's buffers, reused by all its batches.
+            let mut ws = Workspace::new();
+            loop {
+                let b = next.fetch_add(1, Ordering::Relaxed);
+                if b >= batches.len() || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
                     return;
+                }
+                let batch = batches[b];
+                match self.run_batch(batch, ids, sources, upto, weights, &mut ws) {
+                    Ok(pooled) => {
+                        for (out, rows) in outputs.iter().zip(pooled) {
+                            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                            for (k, &i) in batch.iter().enumerate() {
+                                out[i * dim..(i + 1) * dim]
+                                    .copy_from_slice(&rows[k * dim..(k + 1) * dim]);
+                            }
+                        }
+                        progress(done.fetch_add(batch.len(), Ordering::Relaxed) + batch.len());
+                    }
+                    Err(e) => {
+                        let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
+                        slot.get_or_insert(e);
+                        return;
+                    }
                 }
             }
         };
@@ -333,7 +337,8 @@ impl Encoder {
         })
     }
 
-    /// One padded forward pass; returns, per source, the pooled rows [batch, dim].
+    /// One padded forward pass (buffers in `ws`); returns, per source, the pooled
+    /// rows [batch, dim].
     fn run_batch(
         &self,
         batch: &[usize],
@@ -341,6 +346,7 @@ impl Encoder {
         sources: &[PoolSource],
         upto: usize,
         weights: Option<&TokenWeights>,
+        ws: &mut Workspace,
     ) -> Result<Vec<Vec<f32>>> {
         let lens: Vec<usize> = batch.iter().map(|&i| ids[i].len()).collect();
         let t = lens.iter().copied().max().unwrap_or(0);
@@ -349,37 +355,30 @@ impl Encoder {
         for (row, &i) in batch.iter().enumerate() {
             flat[row * t..row * t + ids[i].len()].copy_from_slice(&ids[i]);
         }
-        let states = self.model.forward(&flat, &lens, t, upto)?;
+        self.model.forward_into(&flat, &lens, t, upto, ws)?;
+        let states = ws.states();
         let h = self.dim();
-        // Copy each hidden state that a mean pooling needs to the host once.
-        let mut host: Vec<Option<Vec<f32>>> = vec![None; states.len()];
-        for src in sources {
-            if let PoolSource::Mean(layers) = src {
-                for &l in layers {
-                    if host[l].is_none() {
-                        host[l] = Some(states[l].flatten_all()?.to_vec1::<f32>()?);
-                    }
-                }
-            }
-        }
+        // The [CLS] rows (token 0 of each sentence) of hidden state `l`.
+        let cls = |l: usize| -> Vec<f32> {
+            states[l]
+                .chunks_exact(t * h)
+                .flat_map(|sent| &sent[..h])
+                .copied()
+                .collect()
+        };
         let token_weights: Option<Vec<Vec<f32>>> =
             weights.map(|w| batch.iter().map(|&i| w.sentence(&ids[i])).collect());
         let mut out = Vec::with_capacity(sources.len());
         for src in sources {
             let rows = match src {
-                PoolSource::Cls(l) => states[*l]
-                    .i((.., 0))?
-                    .contiguous()?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?,
+                PoolSource::Cls(l) => cls(*l),
                 PoolSource::Pooler(l) => {
-                    let cls = states[*l].i((.., 0))?.contiguous()?;
+                    let cls = Tensor::from_vec(cls(*l), (batch.len(), h), &Device::Cpu)?;
                     let pooled: Tensor = self.model.pool(&cls)?.ok_or(EncoderError::NoPooler)?;
                     pooled.flatten_all()?.to_vec1::<f32>()?
                 }
                 PoolSource::Mean(layers) => {
-                    let hs: Vec<&[f32]> =
-                        layers.iter().filter_map(|&l| host[l].as_deref()).collect();
+                    let hs: Vec<&[f32]> = layers.iter().map(|&l| states[l].as_slice()).collect();
                     masked_mean(&hs, &lens, t, h, token_weights.as_deref())
                 }
             };

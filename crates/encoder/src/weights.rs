@@ -44,6 +44,15 @@ impl Weights {
         Ok(Self { tensors, prefix })
     }
 
+    /// Weights from named tensors (unit tests build small random models).
+    #[cfg(test)]
+    pub(crate) fn from_tensors(tensors: HashMap<String, Tensor>) -> Self {
+        Self {
+            tensors,
+            prefix: String::new(),
+        }
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(&format!("{}{name}", self.prefix))
     }

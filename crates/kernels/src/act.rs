@@ -78,7 +78,7 @@ fn erf(x: f32) -> f32 {
 /// exp(-z) for z >= 0 (exp(-z) underflows to about 0 past z = 87): Cephes' expf
 /// polynomial with a branch-free range reduction.
 #[inline(always)]
-fn exp_neg(z: f32) -> f32 {
+pub(crate) fn exp_neg(z: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -93,7 +93,40 @@ fn exp_neg(z: f32) -> f32 {
         * r
         + 0.5;
     let e = p * r2 + r + 1.0;
-    // 2^n with n in [-126, 0]
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    e * scale
+    e * pow2(n)
+}
+
+/// 2^n for an integer-valued n in [-126, 0], without a float-to-int conversion
+/// (Rust's saturating `as i32` does not vectorise): n + 127 is an integer in
+/// [1, 127]; adding 2^23 stores it exactly in the low mantissa bits, and shifting
+/// by 23 moves those bits into the exponent field (the rest shifts out). The same
+/// bits as `f32::from_bits(((n as i32 + 127) as u32) << 23)`.
+#[inline(always)]
+fn pow2(n: f32) -> f32 {
+    const BIAS: f32 = 8_388_608.0 + 127.0;
+    f32::from_bits((n + BIAS).to_bits() << 23)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pow2_equals_the_integer_form() {
+        for n in -126..=0 {
+            let want = f32::from_bits(((n + 127) as u32) << 23);
+            assert_eq!(pow2(n as f32).to_bits(), want.to_bits(), "2^{n}");
+            assert_eq!(want, 2f32.powi(n), "2^{n}");
+        }
+    }
+
+    #[test]
+    fn exp_neg_is_close_to_libm() {
+        for i in 0..=100_000 {
+            let z = i as f32 * 1e-3;
+            let (got, want) = (exp_neg(z), (-z as f64).exp());
+            let err = (got as f64 - want).abs() / want.max(1e-300);
+            assert!(err < 4e-7 || z > 87.0, "exp(-{z}) = {got}, want {want}");
+        }
+    }
 }

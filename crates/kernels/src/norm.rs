@@ -1,0 +1,311 @@
+//! Row-wise epilogues of the fp32 forward pass: bias + activation, bias +
+//! residual + LayerNorm in one pass, and LayerNorm alone.
+//!
+//! Every function works on whole matrices (rows of `h` values, row-major) and
+//! picks its build once per call: an AVX2 build where the CPU has it, else the
+//! baseline build. Both builds compute the same bits (no fused multiply-adds: Rust
+//! never contracts `a * b + c`), so results never depend on the CPU.
+use crate::act::Act;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{op}: {msg}")]
+pub struct ShapeError {
+    pub op: &'static str,
+    pub msg: String,
+}
+
+pub(crate) fn shape_err(op: &'static str, msg: String) -> ShapeError {
+    ShapeError { op, msg }
+}
+
+/// Lanes of the partial sums (one ymm of f32).
+const LANES: usize = 8;
+
+/// Define a private function whose body is compiled twice, as an AVX2 build
+/// (chosen at run time where the CPU has AVX2) and the baseline build. The
+/// arguments must already be checked: the body is the plain kernel.
+macro_rules! simd_fn {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn generic($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU supports AVX2 (checked just above), the only
+                    // requirement of this target_feature function.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            generic($($arg),*)
+        }
+    };
+}
+pub(crate) use simd_fn;
+
+/// Sum of `v` in [`LANES`] partial sums (vectorisable), then pairwise.
+#[inline(always)]
+pub(crate) fn lane_sum(v: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    for (l, &x) in chunks.remainder().iter().enumerate() {
+        acc[l] += x;
+    }
+    reduce(acc)
+}
+
+#[inline(always)]
+pub(crate) fn reduce(a: [f32; LANES]) -> f32 {
+    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
+}
+
+/// Sum of `(v - mean)^2` in [`LANES`] partial sums.
+#[inline(always)]
+fn lane_sq_dev(v: &[f32], mean: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            let d = x - mean;
+            *a += d * d;
+        }
+    }
+    for (l, &x) in chunks.remainder().iter().enumerate() {
+        let d = x - mean;
+        acc[l] += d * d;
+    }
+    reduce(acc)
+}
+
+/// LayerNorm of one row in place: two passes (mean, then the centred variance),
+/// then `(x - mean) / sqrt(var + eps) * w + b`.
+#[inline(always)]
+fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let n = row.len() as f32;
+    let mean = lane_sum(row) / n;
+    let var = lane_sq_dev(row, mean) / n;
+    let inv_std = 1.0 / (var + eps).sqrt();
+    for ((x, &g), &be) in row.iter_mut().zip(w).zip(b) {
+        *x = (*x - mean) * inv_std * g + be;
+    }
+}
+
+fn check_rows(op: &'static str, len: usize, h: usize, params: &[usize]) -> Result<(), ShapeError> {
+    if h == 0 || !len.is_multiple_of(h) {
+        return Err(shape_err(
+            op,
+            format!("{len} values are not rows of width {h}"),
+        ));
+    }
+    if let Some(p) = params.iter().find(|&&p| p != h) {
+        return Err(shape_err(
+            op,
+            format!("a parameter has {p} values, rows have {h}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `x` (rows of `w.len()` values) = LayerNorm(x) with weight `w`, bias `b`.
+pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) -> Result<(), ShapeError> {
+    let h = w.len();
+    check_rows("layer-norm", x.len(), h, &[b.len()])?;
+    layer_norm_rows(x, w, b, eps);
+    Ok(())
+}
+
+simd_fn! {
+    fn layer_norm_rows(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+        for row in x.chunks_exact_mut(w.len()) {
+            layer_norm_row(row, w, b, eps);
+        }
+    }
+}
+
+/// `y = LayerNorm(y + bias + residual)` row by row, in one pass over each row
+/// (still in L1 between the add and the normalisation).
+pub fn bias_residual_layer_norm(
+    y: &mut [f32],
+    bias: &[f32],
+    residual: &[f32],
+    w: &[f32],
+    b: &[f32],
+    eps: f32,
+) -> Result<(), ShapeError> {
+    let h = w.len();
+    check_rows(
+        "bias-residual-layer-norm",
+        y.len(),
+        h,
+        &[bias.len(), b.len()],
+    )?;
+    if residual.len() != y.len() {
+        return Err(shape_err(
+            "bias-residual-layer-norm",
+            format!("residual has {} values, output {}", residual.len(), y.len()),
+        ));
+    }
+    bias_residual_ln_rows(y, bias, residual, w, b, eps);
+    Ok(())
+}
+
+simd_fn! {
+    fn bias_residual_ln_rows(
+        y: &mut [f32],
+        bias: &[f32],
+        residual: &[f32],
+        w: &[f32],
+        b: &[f32],
+        eps: f32,
+    ) {
+        let h = w.len();
+        for (row, res) in y.chunks_exact_mut(h).zip(residual.chunks_exact(h)) {
+            for ((x, &c), &r) in row.iter_mut().zip(bias).zip(res) {
+                *x += c + r;
+            }
+            layer_norm_row(row, w, b, eps);
+        }
+    }
+}
+
+/// Each row of `v` (rows of `bias.len()` values) `+= bias`, then `act`, row by row.
+pub fn bias_act(v: &mut [f32], bias: &[f32], act: Act) -> Result<(), ShapeError> {
+    let h = bias.len();
+    check_rows("bias-act", v.len(), h, &[])?;
+    bias_act_rows(v, bias, act);
+    Ok(())
+}
+
+simd_fn! {
+    fn bias_act_rows(v: &mut [f32], bias: &[f32], act: Act) {
+        for row in v.chunks_exact_mut(bias.len()) {
+            for (x, &c) in row.iter_mut().zip(bias) {
+                *x += c;
+            }
+            match act {
+                Act::None => {}
+                Act::Relu => row.iter_mut().for_each(|x| *x = x.max(0.0)),
+                Act::GeluErf => crate::act::gelu_erf_slice(row),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in about [-scale, scale].
+    pub(crate) fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    /// LayerNorm in f64, the textbook way.
+    fn ln_ref(x: &[f32], w: &[f32], b: &[f32], eps: f64) -> Vec<f32> {
+        let h = w.len();
+        let mut out = Vec::new();
+        for row in x.chunks(h) {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / h as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / h as f64;
+            for (i, &v) in row.iter().enumerate() {
+                let y = (v as f64 - mean) / (var + eps).sqrt() * w[i] as f64 + b[i] as f64;
+                out.push(y as f32);
+            }
+        }
+        out
+    }
+
+    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    #[test]
+    fn layer_norm_matches_f64_reference_on_odd_widths() {
+        for (h, rows) in [(1, 3), (7, 5), (13, 2), (384, 4), (389, 3)] {
+            // An offset far from zero: the one-pass E[x^2] - mean^2 form would lose
+            // digits here, the two-pass form does not.
+            let mut x: Vec<f32> = values(h * rows, h as u64, 3.0)
+                .iter()
+                .map(|v| v + 40.0)
+                .collect();
+            let w = values(h, 7, 1.0);
+            let b = values(h, 8, 0.5);
+            let want = ln_ref(&x, &w, &b, 1e-12);
+            layer_norm(&mut x, &w, &b, 1e-12).unwrap();
+            assert!(max_diff(&x, &want) < 2e-5, "h {h}: {}", max_diff(&x, &want));
+        }
+    }
+
+    #[test]
+    fn fused_bias_residual_layer_norm_equals_the_steps() {
+        let (h, rows) = (11, 6);
+        let y0 = values(h * rows, 1, 2.0);
+        let res = values(h * rows, 2, 2.0);
+        let bias = values(h, 3, 1.0);
+        let (w, b) = (values(h, 4, 1.0), values(h, 5, 1.0));
+        let mut summed: Vec<f32> = y0
+            .iter()
+            .zip(&res)
+            .enumerate()
+            .map(|(i, (&y, &r))| y + (bias[i % h] + r))
+            .collect();
+        let want = ln_ref(&summed, &w, &b, 1e-5);
+        let mut y = y0.clone();
+        bias_residual_layer_norm(&mut y, &bias, &res, &w, &b, 1e-5).unwrap();
+        assert!(max_diff(&y, &want) < 1e-5);
+        layer_norm(&mut summed, &w, &b, 1e-5).unwrap();
+        assert_eq!(y, summed, "fused and two-step give the same bits");
+    }
+
+    #[test]
+    fn bias_act_adds_then_activates() {
+        let h = 5;
+        let mut v = values(h * 3, 9, 3.0);
+        let bias = values(h, 10, 1.0);
+        let want: Vec<f32> = v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| crate::act::gelu_erf(x + bias[i % h]))
+            .collect();
+        let mut relu = v.clone();
+        bias_act(&mut v, &bias, Act::GeluErf).unwrap();
+        assert_eq!(v, want);
+        bias_act(&mut relu, &bias, Act::Relu).unwrap();
+        assert!(relu.iter().all(|&x| x >= 0.0));
+        assert!(relu.iter().any(|&x| x > 0.0));
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let (w, b) = (vec![1.0; 4], vec![0.0; 4]);
+        assert!(layer_norm(&mut [0.0; 6], &w, &b, 1e-5).is_err());
+        assert!(layer_norm(&mut [0.0; 8], &w, &b[..3], 1e-5).is_err());
+        assert!(bias_residual_layer_norm(&mut [0.0; 8], &b, &[0.0; 4], &w, &b, 1e-5).is_err());
+        assert!(bias_act(&mut [0.0; 3], &[], Act::None).is_err());
+        assert!(bias_act(&mut [0.0; 3], &b, Act::None).is_err());
+    }
+}
