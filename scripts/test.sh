@@ -8,6 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
+# Both lock files must be current before the long build starts (the bindings
+# crate is its own workspace with its own Cargo.lock).
+cargo metadata --locked --format-version 1 >/dev/null
+(cd bindings/python && cargo metadata --locked --format-version 1 >/dev/null)
 cargo test --workspace --release --locked "$@"
 # The Python tests compare against the release binary.
 cargo build --release --locked -p bertflow
