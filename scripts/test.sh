@@ -13,8 +13,11 @@ scripts/fetch_model.sh
 cargo metadata --locked --format-version 1 >/dev/null
 (cd bindings/python && cargo metadata --locked --format-version 1 >/dev/null)
 cargo test --workspace --release --locked "$@"
-# The Python tests compare against the release binary.
-cargo build --release --locked -p bertflow
+# The Python tests compare against the release binary. Built with the workspace's
+# feature set (what `cargo test --workspace` just compiled, so this is a no-op
+# after a full run): `-p bertflow` alone would unify features differently and
+# recompile tokio, candle and the rest (about 5 minutes on 2 cores).
+cargo build --release --locked --workspace --all-targets
 scripts/python-env.sh
 scripts/ensure-java.sh  # the bertflow.spark tests run a local Spark session
 set +e
