@@ -1,6 +1,7 @@
 //! BERT-flow (see [`Flow`]).
 
 pub(crate) mod arch;
+mod backward;
 mod kernels;
 pub(crate) mod net;
 pub(crate) mod train;

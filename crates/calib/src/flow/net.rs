@@ -1,16 +1,20 @@
-//! Forward, inverse and backward passes of the flow on a mini-batch, written
-//! by hand over flat parameter vectors. Generic over the float type: `f32`
-//! for training and transforms, `f64` for the gradient and Jacobian checks.
+//! Forward and inverse passes of the flow on a mini-batch, written by hand
+//! over flat parameter vectors, and the buffers they (and the backward pass
+//! in `super::backward`, re-exported here) work in. Generic over the float
+//! type: `f32` for training and transforms, `f64` for the gradient and
+//! Jacobian checks.
 //!
 //! Layout: the batch lives in a row-major `rows x dim` buffer; level `l`
 //! works on the leading `levels[l].c` columns of each row, and the columns
 //! it splits off stay where they are (see `Arch::out_perm`).
 
 use super::arch::{ActnormIdx, Arch, LuIdx, NnIdx, StepArch};
-use super::kernels::{matmul, matmul_tn_acc};
+use super::kernels::matmul;
 use crate::real::Real;
 use crate::spec::Coupling;
 use crate::stats::ZERO_VARIANCE_RTOL;
+
+pub(crate) use super::backward::backward;
 
 /// Glow's logscale_factor: log-scales are stored divided by 3.
 pub(crate) const LOGSCALE_FACTOR: f64 = 3.0;
@@ -23,44 +27,44 @@ const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
 /// Per-step buffers, sized for `cap` rows.
 #[derive(Debug, Clone, Default)]
-struct StepCache<T> {
+pub(super) struct StepCache<T> {
     /// actnorm output (rows x c)
-    act_out: Vec<T>,
+    pub(super) act_out: Vec<T>,
     /// coupling input = reversed actnorm output (rows x c)
-    cin: Vec<T>,
-    u1: Vec<T>,
-    r1: Vec<T>,
-    u2: Vec<T>,
-    r2: Vec<T>,
+    pub(super) cin: Vec<T>,
+    pub(super) u1: Vec<T>,
+    pub(super) r1: Vec<T>,
+    pub(super) u2: Vec<T>,
+    pub(super) r2: Vec<T>,
     /// coupling network output (rows x nout)
-    o: Vec<T>,
+    pub(super) o: Vec<T>,
     /// affine coupling: z2 + shift, and the scale (rows x c2)
-    aff_t: Vec<T>,
-    aff_s: Vec<T>,
+    pub(super) aff_t: Vec<T>,
+    pub(super) aff_s: Vec<T>,
     /// exp(3 * logs) of the step actnorm and the network's three scalings
-    e: Vec<T>,
-    e1: Vec<T>,
-    e2: Vec<T>,
-    e3: Vec<T>,
+    pub(super) e: Vec<T>,
+    pub(super) e1: Vec<T>,
+    pub(super) e2: Vec<T>,
+    pub(super) e3: Vec<T>,
     /// transposed weights (for the backward pass)
-    w1t: Vec<T>,
-    w2t: Vec<T>,
-    w3t: Vec<T>,
+    pub(super) w1t: Vec<T>,
+    pub(super) w2t: Vec<T>,
+    pub(super) w3t: Vec<T>,
     /// LU 1x1 convolution buffers (None for the reversal)
-    lu: Option<LuCache<T>>,
+    pub(super) lu: Option<LuCache<T>>,
 }
 
 /// Buffers of an LU 1x1 convolution: the assembled factors and the
 /// intermediate activations `a = x P` and `b = a L` (rows x c).
 #[derive(Debug, Clone, Default)]
-struct LuCache<T> {
-    perm: Vec<usize>,
+pub(super) struct LuCache<T> {
+    pub(super) perm: Vec<usize>,
     lfull: Vec<T>,
-    ufull: Vec<T>,
-    lt: Vec<T>,
-    ut: Vec<T>,
-    a: Vec<T>,
-    b: Vec<T>,
+    pub(super) ufull: Vec<T>,
+    pub(super) lt: Vec<T>,
+    pub(super) ut: Vec<T>,
+    pub(super) a: Vec<T>,
+    pub(super) b: Vec<T>,
 }
 
 /// Buffers for a mini-batch of at most `cap` rows. Allocated once.
@@ -71,19 +75,19 @@ pub(crate) struct Workspace<T> {
     /// rows x dim: input, then latent (internal column order)
     pub x: Vec<T>,
     /// rows x dim: gradient of the loss w.r.t. the current activations
-    g: Vec<T>,
+    pub(super) g: Vec<T>,
     /// per-row log-determinant and log prior density (nats)
     pub logdet: Vec<f64>,
     pub logp: Vec<f64>,
-    steps: Vec<StepCache<T>>,
-    d_o: Vec<T>,
-    dq: Vec<T>,
-    dr: Vec<T>,
-    dh: Vec<T>,
+    pub(super) steps: Vec<StepCache<T>>,
+    pub(super) d_o: Vec<T>,
+    pub(super) dq: Vec<T>,
+    pub(super) dr: Vec<T>,
+    pub(super) dh: Vec<T>,
     /// LU backward scratch: c x c, and two rows x c
-    cc: Vec<T>,
-    lu_db: Vec<T>,
-    lu_da: Vec<T>,
+    pub(super) cc: Vec<T>,
+    pub(super) lu_db: Vec<T>,
+    pub(super) lu_da: Vec<T>,
 }
 
 impl<T: Real> Workspace<T> {
@@ -181,14 +185,6 @@ impl<T> Params<'_, T> {
         match self {
             Params::Fixed(p) => p,
             Params::Init { params, .. } => params,
-        }
-    }
-}
-
-fn transpose<T: Real>(w: &[T], k: usize, n: usize, wt: &mut [T]) {
-    for kk in 0..k {
-        for j in 0..n {
-            wt[j * k + kk] = w[kk * n + j];
         }
     }
 }
@@ -585,182 +581,6 @@ pub(crate) fn inverse<T: Real>(arch: &Arch, params: &[T], ws: &mut Workspace<T>,
     }
 }
 
-/// Backward pass of the mean NLL (bits per dimension) over the `rows` rows
-/// of the last `forward` (which must have run on the same parameters).
-/// Adds the gradient to `grads` (same layout as the parameters).
-pub(crate) fn backward<T: Real>(
-    arch: &Arch,
-    params: &[T],
-    ws: &mut Workspace<T>,
-    rows: usize,
-    grads: &mut [T],
-) {
-    let dim = arch.dim;
-    // loss = (1/rows) sum_i -(logp_i + logdet_i) / (dim ln 2)
-    let kappa = 1.0 / (rows as f64 * dim as f64 * std::f64::consts::LN_2);
-    let kappa_t = T::from_f64(kappa);
-    // d loss / d z = kappa * z for every latent column.
-    for (g, &z) in ws.g[..rows * dim].iter_mut().zip(&ws.x[..rows * dim]) {
-        *g = kappa_t * z;
-    }
-    let Workspace {
-        g,
-        steps,
-        d_o,
-        dq,
-        dr,
-        dh,
-        cc,
-        lu_db,
-        lu_da,
-        ..
-    } = ws;
-    for (s, c) in arch.steps().rev().zip(steps.iter_mut().rev()) {
-        let (ch, c1, c2) = (s.c, s.c1, s.c2);
-        let nout = s.nn.nout;
-        // coupling: gradient w.r.t. the network output, and z2's gradient.
-        match arch.coupling {
-            Coupling::Additive => {
-                for i in 0..rows {
-                    d_o[i * nout..(i + 1) * nout].copy_from_slice(&g[i * dim + c1..i * dim + ch]);
-                }
-            }
-            Coupling::Affine => {
-                for i in 0..rows {
-                    let gz2 = &mut g[i * dim + c1..i * dim + ch];
-                    let dor = &mut d_o[i * nout..(i + 1) * nout];
-                    for j in 0..c2 {
-                        let t = c.aff_t[i * c2 + j];
-                        let sc = c.aff_s[i * c2 + j];
-                        let gy = gz2[j];
-                        // y = t * sc, logdet += ln sc
-                        let dsc = gy * t - kappa_t / sc;
-                        dor[2 * j] = gy * sc;
-                        dor[2 * j + 1] = dsc * sc * (T::ONE - sc);
-                        gz2[j] = gy * sc;
-                    }
-                }
-            }
-        }
-        nn_backward(params, s.nn, ch, rows, c, d_o, dq, dr, dh, g, dim, grads);
-        // permutation
-        match (s.lu, c.lu.as_mut()) {
-            (Some(lu), Some(lc)) => {
-                lu_backward(lu, ch, rows, lc, g, dim, cc, lu_db, lu_da, kappa, grads)
-            }
-            _ => {
-                for i in 0..rows {
-                    g[i * dim..i * dim + ch].reverse();
-                }
-            }
-        }
-        // actnorm: y = (x + b) * e, logdet = sum(3 logs)
-        let an = s.an;
-        let three = T::from_f64(LOGSCALE_FACTOR);
-        let logdet_grad = T::from_f64(-LOGSCALE_FACTOR * kappa * rows as f64);
-        for j in 0..ch {
-            grads[an.logs + j] += logdet_grad;
-        }
-        let (gb, gl) = actnorm_grads(grads, an);
-        for i in 0..rows {
-            let grow = &mut g[i * dim..i * dim + ch];
-            let yrow = &c.act_out[i * ch..(i + 1) * ch];
-            for ((((gv, &y), &e), gbj), glj) in grow
-                .iter_mut()
-                .zip(yrow)
-                .zip(&c.e)
-                .zip(gb.iter_mut())
-                .zip(gl.iter_mut())
-            {
-                *glj += three * *gv * y;
-                *gv *= e;
-                *gbj += *gv;
-            }
-        }
-    }
-}
-
-/// Backward through the coupling network (its input z1 is the first
-/// `nin` columns of `c.cin`, row stride `z1_stride`). `d_o` holds d loss / d output
-/// (rows x nout); adds d loss / d z1 into `g` (columns `..nin`, stride `dim`).
-#[allow(clippy::too_many_arguments)]
-fn nn_backward<T: Real>(
-    params: &[T],
-    nn: NnIdx,
-    z1_stride: usize,
-    rows: usize,
-    c: &mut StepCache<T>,
-    d_o: &[T],
-    dq: &mut [T],
-    dr: &mut [T],
-    dh: &mut [T],
-    g: &mut [T],
-    dim: usize,
-    grads: &mut [T],
-) {
-    let (w, nout, nin) = (nn.width, nn.nout, nn.nin);
-    let three = T::from_f64(LOGSCALE_FACTOR);
-    // o = (q + b3) * e3, q = r2 . W3
-    debug_assert_eq!(nn.logs3, nn.b3 + nout);
-    let (gb3, gl3) = grads[nn.b3..nn.b3 + 2 * nout].split_at_mut(nout);
-    for i in 0..rows {
-        let dorow = &d_o[i * nout..(i + 1) * nout];
-        let orow = &c.o[i * nout..(i + 1) * nout];
-        let dqrow = &mut dq[i * nout..(i + 1) * nout];
-        for (((((dqv, &dov), &ov), &e), gb), gl) in dqrow
-            .iter_mut()
-            .zip(dorow)
-            .zip(orow)
-            .zip(&c.e3)
-            .zip(gb3.iter_mut())
-            .zip(gl3.iter_mut())
-        {
-            *gl += three * dov * ov;
-            *dqv = dov * e;
-            *gb += *dqv;
-        }
-    }
-    matmul_tn_acc(
-        &c.r2,
-        w,
-        rows,
-        w,
-        dq,
-        nout,
-        nout,
-        &mut grads[nn.w3..nn.w3 + w * nout],
-    );
-    transpose(&params[nn.w3..nn.w3 + w * nout], w, nout, &mut c.w3t);
-    matmul(dq, nout, rows, nout, &c.w3t, w, dr, w, false);
-    // r2 = relu(u2), u2 = (h2 + b2) * e2
-    actnorm_relu_backward(nn.an2, &c.u2, &c.e2, rows, w, dr, dh, grads);
-    matmul_tn_acc(
-        &c.r1,
-        w,
-        rows,
-        w,
-        dh,
-        w,
-        w,
-        &mut grads[nn.w2..nn.w2 + w * w],
-    );
-    transpose(&params[nn.w2..nn.w2 + w * w], w, w, &mut c.w2t);
-    matmul(dh, w, rows, w, &c.w2t, w, dr, w, false);
-    actnorm_relu_backward(nn.an1, &c.u1, &c.e1, rows, w, dr, dh, grads);
-    matmul_tn_acc(
-        &c.cin,
-        z1_stride,
-        rows,
-        nin,
-        dh,
-        w,
-        w,
-        &mut grads[nn.w1..nn.w1 + nin * w],
-    );
-    transpose(&params[nn.w1..nn.w1 + nin * w], nin, w, &mut c.w1t);
-    matmul(dh, w, rows, w, &c.w1t, nin, g, dim, true);
-}
-
 /// Assembles `L` (unit lower), `U` (upper with diagonal sign_s exp(log_s)),
 /// their transposes and the permutation from the parameters. Returns the
 /// log-determinant, sum(log_s).
@@ -793,93 +613,4 @@ fn build_lu<T: Real>(p: &[T], lu: LuIdx, c: usize, lc: &mut LuCache<T>) -> f64 {
         }
     }
     logdet
-}
-
-/// Backward through `y = ((x P) L) U`: `g[.., ..c]` holds d loss / d y on
-/// entry and d loss / d x on exit.
-#[allow(clippy::too_many_arguments)]
-fn lu_backward<T: Real>(
-    lu: LuIdx,
-    c: usize,
-    rows: usize,
-    lc: &LuCache<T>,
-    g: &mut [T],
-    dim: usize,
-    cc: &mut [T],
-    db: &mut [T],
-    da: &mut [T],
-    kappa: f64,
-    grads: &mut [T],
-) {
-    let cc = &mut cc[..c * c];
-    // dU = b^T dy; the diagonal goes to log_s through U_jj = sign_j exp(log_s_j)
-    cc.fill(T::ZERO);
-    matmul_tn_acc(&lc.b, c, rows, c, g, dim, c, cc);
-    let logdet_grad = T::from_f64(-kappa * rows as f64);
-    for i in 0..c {
-        for j in i + 1..c {
-            grads[lu.upper + i * c + j] += cc[i * c + j];
-        }
-        grads[lu.log_s + i] += cc[i * c + i] * lc.ufull[i * c + i] + logdet_grad;
-    }
-    // db = dy U^T
-    matmul(g, dim, rows, c, &lc.ut, c, db, c, false);
-    // dL = a^T db (strictly lower part)
-    cc.fill(T::ZERO);
-    matmul_tn_acc(&lc.a, c, rows, c, db, c, c, cc);
-    for i in 0..c {
-        for j in 0..i {
-            grads[lu.lower + i * c + j] += cc[i * c + j];
-        }
-    }
-    // da = db L^T, then undo the gather a_j = x[perm[j]]
-    matmul(db, c, rows, c, &lc.lt, c, da, c, false);
-    for i in 0..rows {
-        let grow = &mut g[i * dim..i * dim + c];
-        for (&pj, &d) in lc.perm.iter().zip(&da[i * c..(i + 1) * c]) {
-            grow[pj] = d;
-        }
-    }
-}
-
-/// The gradient slices of an actnorm's bias and log-scale (stored one
-/// after the other).
-fn actnorm_grads<T>(grads: &mut [T], an: ActnormIdx) -> (&mut [T], &mut [T]) {
-    debug_assert_eq!(an.logs, an.b + an.n);
-    grads[an.b..an.b + 2 * an.n].split_at_mut(an.n)
-}
-
-/// Given d loss / d relu-output in `dr`, writes d loss / d (pre-actnorm
-/// input) into `dh` and accumulates the actnorm's parameter gradients.
-#[allow(clippy::too_many_arguments)]
-fn actnorm_relu_backward<T: Real>(
-    an: ActnormIdx,
-    u: &[T],
-    e: &[T],
-    rows: usize,
-    w: usize,
-    dr: &[T],
-    dh: &mut [T],
-    grads: &mut [T],
-) {
-    let three = T::from_f64(LOGSCALE_FACTOR);
-    let (gb, gl) = actnorm_grads(grads, an);
-    for i in 0..rows {
-        let urow = &u[i * w..(i + 1) * w];
-        let drrow = &dr[i * w..(i + 1) * w];
-        let dhrow = &mut dh[i * w..(i + 1) * w];
-        for (((((dhv, &uv), &drv), &ev), gbk), glk) in dhrow
-            .iter_mut()
-            .zip(urow)
-            .zip(drrow)
-            .zip(e)
-            .zip(gb.iter_mut())
-            .zip(gl.iter_mut())
-        {
-            let du = if uv > T::ZERO { drv } else { T::ZERO };
-            *glk += three * du * uv;
-            *dhv = du * ev;
-            *gbk += *dhv;
-        }
-    }
 }
