@@ -66,7 +66,7 @@ pub struct ServeArgs {
     pub ann: bool,
     /// Candidates explored per approximate query (at least top_k): higher is slower and
     /// finds more of the exact top_k.
-    #[arg(long, default_value_t = 64, value_name = "N", requires = "ann")]
+    #[arg(long, default_value_t = bertflow_index::DEFAULT_EF_SEARCH, value_name = "N", requires = "ann")]
     pub ef_search: usize,
     /// Treat the --corpus file as JSONL whatever its extension.
     #[arg(long, requires = "corpus")]

@@ -17,7 +17,7 @@ pub mod format;
 mod reader;
 mod writer;
 
-pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn};
+pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_EF_SEARCH};
 pub use format::Identity;
 pub use reader::{dot, Index};
 pub use writer::IndexWriter;

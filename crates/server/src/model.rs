@@ -175,7 +175,7 @@ impl Default for IndexOptions {
         Self {
             verify: false,
             ann: false,
-            ef_search: 64,
+            ef_search: bertflow_index::DEFAULT_EF_SEARCH,
         }
     }
 }
