@@ -224,17 +224,7 @@ impl Server {
     /// Start `bertflow serve --port 0` with `extra` options and wait until it
     /// answers /health.
     pub fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .arg("--model")
-            .arg(model_dir())
-            .args(["--host", "127.0.0.1", "--port", "0"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start bertflow serve");
+        let mut child = spawn_serve(extra);
         let stderr = child.stderr.take().expect("piped stderr");
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
@@ -345,9 +335,9 @@ impl Drop for Server {
     }
 }
 
-/// Start `bertflow serve` with `extra` options that must make it fail; return its stderr.
-pub fn startup_failure(extra: &[&str]) -> String {
-    let mut child = Command::new(BIN)
+/// `bertflow serve --port 0` with `extra` options, stderr piped, not yet waited on.
+fn spawn_serve(extra: &[&str]) -> Child {
+    Command::new(BIN)
         .arg("serve")
         .arg("--model")
         .arg(model_dir())
@@ -357,7 +347,12 @@ pub fn startup_failure(extra: &[&str]) -> String {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start bertflow serve");
+        .expect("start bertflow serve")
+}
+
+/// Start `bertflow serve` with `extra` options that must make it fail; return its stderr.
+pub fn startup_failure(extra: &[&str]) -> String {
+    let mut child = spawn_serve(extra);
     let mut stderr = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
