@@ -201,6 +201,13 @@ impl PyFitted {
         serde_json::to_string(&self.meta).map_err(|e| errors::calib_meta(e.to_string()))
     }
 
+    /// The calibrator's own header as JSON (kind, hyper-parameters,
+    /// dimensions; for `auto` its decision and statistics).
+    #[getter]
+    fn header_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.fitted).map_err(|e| errors::calib_meta(e.to_string()))
+    }
+
     fn __repr__(&self) -> String {
         format!("<bertflow fitted {}>", self.fitted.describe())
     }
@@ -217,8 +224,20 @@ impl PyFitted {
     }
 }
 
+/// "Should I calibrate?" for the rows of `x` (GIL released): the JSON of
+/// `bertflow_calib::Advice` (stats, decision, expected, message).
+#[pyfunction]
+fn advise(py: Python<'_>, x: PyReadonlyArray2<'_, f32>) -> PyResult<String> {
+    let x = x.as_array();
+    let advice = py
+        .detach(|| bertflow_calib::advise(x))
+        .map_err(errors::calib)?;
+    serde_json::to_string(&advice).map_err(|e| errors::calib_meta(e.to_string()))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFitted>()?;
+    m.add_function(wrap_pyfunction!(advise, m)?)?;
     m.add_function(wrap_pyfunction!(spec_info, m)?)?;
     m.add_function(wrap_pyfunction!(fit, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;

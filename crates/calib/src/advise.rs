@@ -137,52 +137,88 @@ fn mean_pair_cosine(x: ArrayView2<f32>, centre: Option<&[f64]>) -> f64 {
 /// What `auto` does with a fit matrix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
-    /// `identity`, `centre`, `soft-whiten` or `whiten`.
+    /// `identity` or `soft-whiten` (with its parameters below; a `blend`
+    /// above 0 mixes the raw direction back in).
     pub action: String,
     /// Whitening strength of the soft whitening (`None`: identity).
     pub alpha: Option<f64>,
     /// Shrinkage of the covariance towards its mean eigenvalue.
     pub shrink: f64,
+    /// Leading principal directions removed before whitening.
+    #[serde(default)]
+    pub drop: usize,
+    /// Weight of the raw unit direction in the output (0: none).
+    #[serde(default)]
+    pub blend: f64,
     /// Which statistics led here, in words.
     pub reason: String,
 }
 
 impl Decision {
-    /// `identity`, or e.g. `soft-whiten alpha=0.6 shrink=0.5`.
+    /// `identity`, or e.g. `soft-whiten alpha=0.5 shrink=0.25 drop=2`.
     pub fn summary(&self) -> String {
+        let Some(a) = self.alpha else {
+            return self.action.clone();
+        };
+        let mut s = format!("{} alpha={a} shrink={}", self.action, self.shrink);
+        if self.drop > 0 {
+            s.push_str(&format!(" drop={}", self.drop));
+        }
+        if self.blend > 0.0 {
+            s.push_str(&format!(" blend={}", self.blend));
+        }
+        s
+    }
+
+    /// The `softwhiten` spec that applies the same transform (`none` for
+    /// the identity), for users who want to fix the choice.
+    pub fn spec(&self) -> crate::CalibSpec {
         match self.alpha {
-            None => self.action.clone(),
-            Some(a) => format!("{} alpha={a} shrink={}", self.action, self.shrink),
+            None => crate::CalibSpec::None,
+            Some(alpha) => crate::CalibSpec::SoftWhiten {
+                alpha,
+                shrink: self.shrink,
+                drop: self.drop,
+                blend: self.blend,
+            },
         }
     }
 }
 
 /// The constants of the `auto` rule (see [`decide`]). The three thresholds
-/// are the midpoints of the widest gaps in the statistics of 28 fit
-/// matrices (all-MiniLM-L6-v2, poolings last-avg, first-last-avg, cls,
-/// emb-avg, the seven STS fit corpora), found without any score; the
-/// strengths were chosen on STS scores and validated leave-one-task-out
-/// (README, "auto").
+/// are midpoints of the gaps between the statistics of the fit matrices
+/// that want different treatments (all-MiniLM-L6-v2, poolings last-avg,
+/// first-last-avg, cls, emb-avg with mean weighting and last-avg,
+/// first-last-avg, emb-avg with uSIF weighting, over the seven STS fit
+/// corpora: 49 matrices); the transforms were chosen on STS scores. Both
+/// were validated leave-one-task-out (README, "auto").
 pub mod rule {
     /// Below this mean pair cosine the embeddings are already isotropic (a
     /// model trained for cosine similarity): identity.
-    pub const ISOTROPIC_COSINE: f64 = 0.17;
+    pub const ISOTROPIC_COSINE: f64 = 0.10;
     /// Share of the mean vector inside the top-10 principal subspace at or
     /// above which the anisotropy is "spectral": the common direction is also
     /// the main axis of variation (static, frequency-driven embeddings).
-    pub const ALIGN_SPECTRAL: f64 = 0.34;
+    pub const ALIGN_SPECTRAL: f64 = 0.20;
     /// Soft whitening strength for spectral anisotropy.
-    pub const ALPHA_SPECTRAL: f64 = 1.0;
+    pub const ALPHA_SPECTRAL: f64 = 0.5;
     /// Shrinkage used with [`ALPHA_SPECTRAL`].
     pub const SHRINK_SPECTRAL: f64 = 0.25;
+    /// Leading directions removed with [`ALPHA_SPECTRAL`] (the frequency
+    /// directions, as all-but-the-top removes them).
+    pub const DROP_SPECTRAL: usize = 2;
     /// For an offset-type cone (common direction outside the main axes):
-    /// whiten only when it is this narrow (mean pair cosine); a milder offset
-    /// cone is left alone (centring alone costs on fine-tuned models).
-    pub const NARROW_COSINE: f64 = 0.42;
+    /// calibrate only when it is this narrow (mean pair cosine); a milder
+    /// offset cone is left alone (centring alone costs on fine-tuned models).
+    pub const NARROW_COSINE: f64 = 0.43;
     /// Soft whitening strength for a narrow offset-type cone.
-    pub const ALPHA_NARROW: f64 = 0.4;
+    pub const ALPHA_NARROW: f64 = 0.7;
     /// Shrinkage used with [`ALPHA_NARROW`].
     pub const SHRINK_NARROW: f64 = 0.0;
+    /// Weight of the raw direction blended into the whitened one for a
+    /// narrow offset-type cone: the raw cosine of such embeddings (CLS) still
+    /// carries what whitening loses.
+    pub const BLEND_NARROW: f64 = 0.5;
 }
 
 fn identity(reason: String) -> Decision {
@@ -190,6 +226,8 @@ fn identity(reason: String) -> Decision {
         action: "identity".into(),
         alpha: None,
         shrink: 0.0,
+        drop: 0,
+        blend: 0.0,
         reason,
     }
 }
@@ -197,10 +235,12 @@ fn identity(reason: String) -> Decision {
 /// The `auto` rule, from the statistics alone:
 /// 1. mean pair cosine < [`rule::ISOTROPIC_COSINE`]: identity;
 /// 2. else, mean vector share in the top-10 principal subspace >=
-///    [`rule::ALIGN_SPECTRAL`]: soft whitening with
-///    [`rule::ALPHA_SPECTRAL`] / [`rule::SHRINK_SPECTRAL`];
-/// 3. else, mean pair cosine >= [`rule::NARROW_COSINE`]: soft whitening
-///    with [`rule::ALPHA_NARROW`] / [`rule::SHRINK_NARROW`];
+///    [`rule::ALIGN_SPECTRAL`]: drop [`rule::DROP_SPECTRAL`] leading
+///    directions and soft-whiten the rest ([`rule::ALPHA_SPECTRAL`],
+///    [`rule::SHRINK_SPECTRAL`]);
+/// 3. else, mean pair cosine >= [`rule::NARROW_COSINE`]: soft-whiten with
+///    [`rule::ALPHA_NARROW`] and blend the raw direction back in with weight
+///    [`rule::BLEND_NARROW`];
 /// 4. else identity.
 pub fn decide(s: &AutoStats) -> Decision {
     let cos = s.mean_cosine;
@@ -210,23 +250,30 @@ pub fn decide(s: &AutoStats) -> Decision {
             rule::ISOTROPIC_COSINE
         ));
     }
-    let (alpha, shrink, why) = if s.mean_top10_align >= rule::ALIGN_SPECTRAL {
+    let (action, alpha, shrink, drop, blend, why) = if s.mean_top10_align >= rule::ALIGN_SPECTRAL {
         (
+            "soft-whiten",
             rule::ALPHA_SPECTRAL,
             rule::SHRINK_SPECTRAL,
+            rule::DROP_SPECTRAL,
+            0.0,
             format!(
-                "the common direction lies in the top principal directions (share {:.3} >= {}): whiten strongly",
+                "the common direction lies in the top principal directions (share {:.3} >= {}): \
+                 remove the leading directions and whiten the rest",
                 s.mean_top10_align,
                 rule::ALIGN_SPECTRAL
             ),
         )
     } else if cos >= rule::NARROW_COSINE {
         (
+            "soft-whiten",
             rule::ALPHA_NARROW,
             rule::SHRINK_NARROW,
+            0,
+            rule::BLEND_NARROW,
             format!(
                 "the common direction is an offset outside the top principal directions (share {:.3} < {}) \
-                 and the cone is narrow ({cos:.3} >= {}): whiten softly",
+                 and the cone is narrow ({cos:.3} >= {}): whiten softly and keep half of the raw direction",
                 s.mean_top10_align,
                 rule::ALIGN_SPECTRAL,
                 rule::NARROW_COSINE
@@ -242,17 +289,12 @@ pub fn decide(s: &AutoStats) -> Decision {
             rule::ALIGN_SPECTRAL
         ));
     };
-    let action = if alpha == 0.0 {
-        "centre"
-    } else if alpha == 1.0 && shrink == 0.0 {
-        "whiten"
-    } else {
-        "soft-whiten"
-    };
     Decision {
         action: action.into(),
         alpha: Some(alpha),
         shrink,
+        drop,
+        blend,
         reason: format!(
             "mean pair cosine {cos:.3} >= {}: anisotropic; {why}",
             rule::ISOTROPIC_COSINE
@@ -292,10 +334,11 @@ pub fn advise(x: ArrayView2<f32>) -> Result<Advice> {
         Some(_) => (
             "improves",
             format!(
-                "Calibrate: {}. Use `auto` (it applies {}), or compare it with whiten and flow \
-                 on scored pairs of your own.",
+                "Calibrate: {}. Use `auto` (it applies {}; `--kind {}` fixes that choice), or \
+                 compare it with whiten and flow on scored pairs of your own.",
                 decision.reason,
-                decision.summary()
+                decision.summary(),
+                decision.spec()
             ),
         ),
     };

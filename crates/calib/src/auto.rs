@@ -1,7 +1,9 @@
 //! The `auto` calibrator: decides from the fit embeddings alone (no labels,
 //! no model or pooling names) how far to go, from the identity through
-//! soft whitening to full whitening, and records the decision and the
-//! statistics behind it in its file header.
+//! soft whitening (optionally without the leading directions, or blended
+//! with the raw direction) to full whitening, and records the decision and
+//! the statistics behind it in its file header. Files of an earlier rule
+//! (`auto-v1`) load and apply as they were fitted.
 
 use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
@@ -10,11 +12,11 @@ use crate::advise::{decide, stats_from, AutoStats, Decision};
 use crate::error::Result;
 use crate::io::{TensorReader, TensorWriter};
 use crate::linear::check_transform_input;
-use crate::softwhiten::{Eigen, SoftWhitening};
+use crate::softwhiten::{Eigen, SoftParams, SoftWhitening};
 use crate::Calibrator;
 
 /// Version of the decision rule, stored in every `auto` file.
-pub const AUTO_RULE: &str = "auto-v1";
+pub const AUTO_RULE: &str = "auto-v2";
 
 /// A fitted `auto` calibrator: the decision, the statistics it was taken
 /// from, and the soft whitening it chose (none for the identity).
@@ -37,9 +39,18 @@ impl Auto {
         let e = Eigen::of("auto", x)?;
         let stats = stats_from(x, &e);
         let decision = decide(&stats);
-        let transform = decision
-            .alpha
-            .map(|alpha| SoftWhitening::from_eigen(&e, alpha, decision.shrink));
+        let transform = match decision.alpha {
+            None => None,
+            Some(alpha) => Some(SoftWhitening::from_eigen(
+                &e,
+                SoftParams {
+                    alpha,
+                    shrink: decision.shrink,
+                    drop: decision.drop,
+                    blend: decision.blend,
+                },
+            )?),
+        };
         Ok(Auto {
             dim: x.ncols(),
             rule: AUTO_RULE.to_string(),

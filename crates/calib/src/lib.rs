@@ -12,7 +12,7 @@
 //! | `natsv:k=N`    | all-but-the-top (Mu & Viswanath 2018)                             |
 //! | `sn+natsv:k=N` | standardisation, then all-but-the-top                             |
 //! | `flow[:...]`   | BERT-flow (Li et al. 2020), see [`FlowConfig`] and [`spec`]       |
-//! | `softwhiten[:alpha=A,shrink=L]` | soft whitening with shrinkage, see [`SoftWhitening`] |
+//! | `softwhiten[:alpha=A,shrink=L,drop=K,blend=B]` | soft whitening with shrinkage, see [`SoftWhitening`] |
 //! | `auto`         | decides from the fit data alone, see [`Auto`] and [`advise()`]    |
 //!
 //! ```no_run
@@ -154,6 +154,8 @@ impl Fitted {
             Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten {
                 alpha: s.alpha,
                 shrink: s.shrink,
+                drop: s.drop,
+                blend: s.blend,
             },
             Fitted::Auto(_) => CalibSpec::Auto,
         }
@@ -308,9 +310,20 @@ pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, opts: &mut FitOptions<'_>) -> R
                 .map(|b| &mut **b as &mut dyn FnMut(FitProgress));
             Ok(Fitted::Flow(Flow::fit(cfg, x, progress)?))
         }
-        CalibSpec::SoftWhiten { alpha, shrink } => {
-            Ok(Fitted::SoftWhiten(SoftWhitening::fit(x, *alpha, *shrink)?))
-        }
+        CalibSpec::SoftWhiten {
+            alpha,
+            shrink,
+            drop,
+            blend,
+        } => Ok(Fitted::SoftWhiten(SoftWhitening::fit(
+            x,
+            softwhiten::SoftParams {
+                alpha: *alpha,
+                shrink: *shrink,
+                drop: *drop,
+                blend: *blend,
+            },
+        )?)),
         CalibSpec::Auto => Ok(Fitted::Auto(Auto::fit(x)?)),
         CalibSpec::None => {
             stats::check_fit_input("none", x, 1)?;

@@ -20,7 +20,7 @@
 //! | `flow`     | `levels` (3), `steps` (3), `width` (32), `epochs` (1), `lr` (1e-3),        |
 //! |            | `batch` (32), `seed` (42), `coupling` (`additive`\|`affine`),              |
 //! |            | `permutation` (`reverse`\|`lu`)                                           |
-//! | `softwhiten` | `alpha` (0.5), `shrink` (0): see [`crate::SoftWhitening`]                |
+//! | `softwhiten` | `alpha` (0.5), `shrink` (0), `drop` (0), `blend` (0): see [`crate::SoftWhitening`] |
 //! | `auto`     | none: decides from the fit data, see [`crate::Auto`]                       |
 
 use std::fmt;
@@ -69,6 +69,12 @@ pub enum CalibSpec {
         alpha: f64,
         /// Shrinkage of the covariance towards its mean eigenvalue, in [0, 1].
         shrink: f64,
+        /// Leading principal directions removed first (all-but-the-top).
+        #[serde(default)]
+        drop: usize,
+        /// Weight of the raw unit direction mixed into the output, in [0, 1).
+        #[serde(default)]
+        blend: f64,
     },
     /// Decides from the fit data how far to go, from identity to whitening.
     #[serde(rename = "auto")]
@@ -138,7 +144,7 @@ impl Default for FlowConfig {
     }
 }
 
-const VALID_KINDS: &str = "none, sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N, softwhiten[:alpha=A,shrink=L], auto, \
+const VALID_KINDS: &str = "none, sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N, softwhiten[:alpha=A,shrink=L,drop=K,blend=B], auto, \
      flow[:levels=L,steps=K,width=W,epochs=E,lr=X,batch=B,seed=S,coupling=additive|affine,permutation=reverse|lu]";
 const FLOW_KEYS: &[&str] = &[
     "levels",
@@ -176,9 +182,19 @@ impl CalibSpec {
         };
         match self {
             CalibSpec::None | CalibSpec::Sn | CalibSpec::Auto => Ok(()),
-            CalibSpec::SoftWhiten { alpha, shrink } => {
-                crate::softwhiten::check_params(*alpha, *shrink).map_err(err)
+            CalibSpec::SoftWhiten {
+                alpha,
+                shrink,
+                drop,
+                blend,
+            } => crate::softwhiten::SoftParams {
+                alpha: *alpha,
+                shrink: *shrink,
+                drop: *drop,
+                blend: *blend,
             }
+            .check()
+            .map_err(err),
             CalibSpec::Whiten { k: Some(0) } => Err(err("k must be >= 1".into())),
             CalibSpec::Whiten { .. } => Ok(()),
             CalibSpec::Natsv { k } | CalibSpec::SnNatsv { k } => {
@@ -261,7 +277,7 @@ impl FromStr for CalibSpec {
         }
         let allowed: &[&str] = match kind {
             "none" | "sn" | "auto" => &[],
-            "softwhiten" => &["alpha", "shrink"],
+            "softwhiten" => &["alpha", "shrink", "drop", "blend"],
             "whiten" | "natsv" | "sn+natsv" => &["k"],
             "flow" => FLOW_KEYS,
             other => {
@@ -296,6 +312,8 @@ impl FromStr for CalibSpec {
                 CalibSpec::SoftWhiten {
                     alpha: num("alpha", 0.5)?,
                     shrink: num("shrink", 0.0)?,
+                    drop: get("drop").map_or(Ok(0), |v| parse_usize(s, "drop", v))?,
+                    blend: num("blend", 0.0)?,
                 }
             }
             "whiten" => CalibSpec::Whiten {
@@ -396,8 +414,20 @@ impl fmt::Display for CalibSpec {
             CalibSpec::Whiten { k: Some(k) } => write!(f, "whiten:k={k}"),
             CalibSpec::Natsv { k } => write!(f, "natsv:k={k}"),
             CalibSpec::SnNatsv { k } => write!(f, "sn+natsv:k={k}"),
-            CalibSpec::SoftWhiten { alpha, shrink } => {
-                write!(f, "softwhiten:alpha={alpha},shrink={shrink}")
+            CalibSpec::SoftWhiten {
+                alpha,
+                shrink,
+                drop,
+                blend,
+            } => {
+                write!(f, "softwhiten:alpha={alpha},shrink={shrink}")?;
+                if *drop > 0 {
+                    write!(f, ",drop={drop}")?;
+                }
+                if *blend > 0.0 {
+                    write!(f, ",blend={blend}")?;
+                }
+                Ok(())
             }
             CalibSpec::Flow(c) => write!(
                 f,

@@ -12,7 +12,7 @@ use common::*;
 use ndarray::Array2;
 use safetensors::tensor::{SafeTensors, TensorView};
 
-const SPECS: [&str; 9] = [
+const SPECS: [&str; 12] = [
     "none",
     "sn",
     "whiten",
@@ -22,6 +22,9 @@ const SPECS: [&str; 9] = [
     "flow:levels=2,steps=2,width=8,epochs=2",
     "flow:levels=2,steps=2,width=8,epochs=2,coupling=affine,seed=7",
     "flow:levels=2,steps=2,width=8,epochs=2,permutation=lu",
+    "softwhiten:alpha=0.5,shrink=0.25,drop=2",
+    "softwhiten:alpha=0.6,shrink=0,blend=0.5",
+    "auto",
 ];
 
 fn data() -> Array2<f32> {

@@ -580,12 +580,25 @@ fn report_is_self_contained_html_with_a_markdown_twin() {
 #[test]
 fn advice_on_emb_avg_is_to_calibrate() {
     // emb-avg on STS-B is a narrow cone whose mean lies along its main axes:
-    // `auto` whitens it (README "Should I calibrate?"), and says so.
+    // `auto` removes the leading directions and whitens the rest (README
+    // "Should I calibrate?"), and says so.
     let a = &shared()["advice"];
     assert_eq!(a["expected"], "improves", "{a}");
     assert_eq!(a["decision"]["action"], "soft-whiten", "{a}");
-    assert_eq!(a["decision"]["alpha"], 1.0, "{a}");
-    assert!(num(a, &["stats", "mean_cosine"]) > 0.17, "{a}");
+    assert_eq!(
+        a["decision"]["alpha"],
+        bertflow_calib::rule::ALPHA_SPECTRAL,
+        "{a}"
+    );
+    assert_eq!(
+        a["decision"]["drop"],
+        bertflow_calib::rule::DROP_SPECTRAL,
+        "{a}"
+    );
+    assert!(
+        num(a, &["stats", "mean_cosine"]) > bertflow_calib::rule::ISOTROPIC_COSINE,
+        "{a}"
+    );
     assert!(
         a["message"].as_str().unwrap().starts_with("Calibrate:"),
         "{a}"

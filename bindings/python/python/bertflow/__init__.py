@@ -1,8 +1,9 @@
 """bertflow: calibrated sentence embeddings from a frozen BERT-family model.
 
 Encode sentences with :class:`Encoder`, calibrate any embeddings with
-:class:`Whitening`, :class:`Flow`, :class:`StandardNorm`, :class:`Natsv`
-(scikit-learn transformers; files shared with the ``bertflow`` command),
+:class:`Whitening`, :class:`Flow`, :class:`StandardNorm`, :class:`Natsv`,
+:class:`SoftWhitening` or :class:`Auto` (scikit-learn transformers; files
+shared with the ``bertflow`` command), ask :func:`advise` whether to calibrate,
 accumulate mergeable statistics with :class:`MomentStats`, and evaluate any
 embedding function on the seven STS benchmarks with :func:`bertflow.sts.evaluate`.
 
@@ -27,13 +28,16 @@ _os.environ.setdefault("RAYON_NUM_THREADS", "1")
 from . import _bertflow  # noqa: E402
 from ._bertflow import CalibratorFileError  # noqa: E402
 from ._calibrators import (  # noqa: E402
+    Auto,
     Calibrator,
     Flow,
     Identity,
     Natsv,
     SnNatsv,
+    SoftWhitening,
     StandardNorm,
     Whitening,
+    advise,
     calibrator,
     load,
 )
@@ -54,6 +58,9 @@ __all__ = [
     "Natsv",
     "SnNatsv",
     "Identity",
+    "SoftWhitening",
+    "Auto",
+    "advise",
     "calibrator",
     "load",
     "MomentStats",

@@ -130,6 +130,21 @@ class Flow(Calibrator):
         permutation: str = "reverse",
     ) -> None: ...
 
+class SoftWhitening(Calibrator):
+    alpha: float
+    shrink: float
+    drop: int
+    blend: float
+    def __init__(
+        self, alpha: float = 0.5, shrink: float = 0.0, drop: int = 0, blend: float = 0.0
+    ) -> None: ...
+
+class Auto(Calibrator):
+    decision_: dict[str, Any]
+    stats_: dict[str, Any]
+    def __init__(self) -> None: ...
+
+def advise(X: _Matrix) -> dict[str, Any]: ...
 def calibrator(spec: Union[str, Calibrator]) -> Calibrator: ...
 def load(path: _Path) -> Calibrator: ...
 

@@ -361,8 +361,100 @@ class Flow(Calibrator):
         )
 
 
+def _number(name, v, lo, hi, hi_open=False):
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
+    v = float(v)
+    if not (lo <= v <= hi) or (hi_open and v == hi):
+        raise ValueError(f"{name} must be in [{lo}, {hi}{')' if hi_open else ']'}, got {v}")
+    return v
+
+
+class SoftWhitening(Calibrator):
+    """Soft whitening with covariance shrinkage (spec ``softwhiten:...``):
+    ``x -> (x - mean) U diag(s'^(-alpha/2))`` with the covariance eigenvalues
+    ``s`` shrunk towards their mean, ``s' = (1 - shrink) s + shrink mean(s)``.
+    ``alpha=0`` centres, ``alpha=1, shrink=0`` is BERT-whitening.
+
+    Args:
+        alpha: Whitening strength in [0, 1].
+        shrink: Shrinkage of the eigenvalues towards their mean, in [0, 1].
+        drop: Leading principal directions removed first (as all-but-the-top).
+        blend: Weight in [0, 1) of the raw direction mixed back in:
+            ``y = blend x/|x| + (1 - blend) z/|z|`` with ``z`` the whitened
+            vector in input coordinates, so cosines mix raw and whitened
+            cosines; a blended output keeps the input dimension.
+    """
+
+    _kind = "softwhiten"
+
+    def __init__(self, alpha=0.5, shrink=0.0, drop=0, blend=0.0):
+        self.alpha = alpha
+        self.shrink = shrink
+        self.drop = drop
+        self.blend = blend
+
+    def _spec(self):
+        alpha = _number("alpha", self.alpha, 0.0, 1.0)
+        shrink = _number("shrink", self.shrink, 0.0, 1.0)
+        blend = _number("blend", self.blend, 0.0, 1.0, hi_open=True)
+        drop = self.drop
+        if isinstance(drop, bool) or not isinstance(drop, (int, np.integer)):
+            raise TypeError(f"drop must be an int, not {type(drop).__name__}")
+        if drop < 0:
+            raise ValueError(f"drop must be >= 0, got {drop}")
+        return f"softwhiten:alpha={alpha!r},shrink={shrink!r},drop={int(drop)},blend={blend!r}"
+
+
+class Auto(Calibrator):
+    """Decides from the fit embeddings alone (no labels) how far to calibrate
+    (spec ``auto``): the identity for embeddings that are already isotropic
+    (a model trained for cosine similarity), soft whitening without the
+    leading directions for frequency-driven anisotropy (static or raw
+    embeddings), soft whitening blended with the raw direction for a narrow
+    offset cone (CLS vectors). See :func:`advise` for the same decision
+    without fitting.
+
+    Fitted attributes (besides the base class's): ``decision_`` (dict: action
+    ``identity`` or ``soft-whiten``, alpha, shrink, drop, blend, reason) and ``stats_`` (dict of the statistics
+    it was taken from).
+    """
+
+    _kind = "auto"
+
+    def __init__(self):
+        pass
+
+    def _spec(self):
+        return "auto"
+
+    def _set_fitted(self, fitted):
+        super()._set_fitted(fitted)
+        header = json.loads(fitted.header_json)
+        self.decision_ = header["decision"]
+        self.stats_ = header["stats"]
+
+
+def advise(X):
+    """"Should I calibrate?" for embeddings ``X`` (one row per sentence; at
+    least 2 rows, finite values; labels are never needed).
+
+    Returns a dict (the same as ``bertflow analyze --json``'s ``advice``):
+    ``stats`` (mean pair cosine, the share of the mean vector in the top-10
+    principal directions, spectrum shares, ...), ``decision`` (what
+    :class:`Auto` would apply, and why), ``expected`` (``"none"`` or
+    ``"improves"``) and ``message`` (a sentence to act on).
+
+    Raises:
+        ValueError: fewer than 2 rows, NaN or inf values, a constant matrix,
+            a 1-D or 3-D array.
+    """
+    return json.loads(_bertflow.advise(as_matrix(X)))
+
+
 _CLASSES = {
-    c._kind: c for c in (Identity, StandardNorm, Whitening, Natsv, SnNatsv, Flow)
+    c._kind: c
+    for c in (Identity, StandardNorm, Whitening, Natsv, SnNatsv, Flow, SoftWhitening, Auto)
 }
 
 
@@ -370,7 +462,8 @@ def calibrator(spec):
     """An unfitted calibrator from a spec string, as the CLI's ``--kind``
     takes it: ``"none"``, ``"sn"``, ``"whiten"``, ``"whiten:k=256"``,
     ``"natsv:k=5"``, ``"sn+natsv:k=5"``, ``"flow"``,
-    ``"flow:levels=2,steps=3,epochs=2,seed=7"``, ...
+    ``"flow:levels=2,steps=3,epochs=2,seed=7"``, ``"softwhiten:alpha=0.7"``,
+    ``"auto"``, ...
 
     Raises ValueError for an unknown kind or option, naming the valid ones.
     """
