@@ -84,8 +84,8 @@ class MomentStats:
 
     def fit(self, spec="whiten", *, source=None):
         """Fits a moment-based calibrator (``"whiten"``, ``"whiten:k=N"``,
-        ``"sn"``, ``"natsv:k=N"``, ``"sn+natsv:k=N"``, or an unfitted
-        calibrator of those kinds) from these statistics and returns it,
+        ``"sn"``, ``"natsv:k=N"``, ``"sn+natsv:k=N"``, ``"softwhiten:..."``,
+        or an unfitted calibrator of those kinds) from these statistics and returns it,
         fitted. ``source`` is recorded as in :meth:`Calibrator.fit`.
 
         Raises ValueError for a flow (it needs the sample) or too few rows."""
