@@ -21,7 +21,8 @@ pub struct AnalysisOpts {
     #[command(flatten)]
     pub data: DataArgs,
     /// Calibrator kinds, comma-separated: none, flow, whiten, whiten:k=N, sn, natsv:k=N,
-    /// sn+natsv:k=N (options of a kind may follow it: flow:levels=2,steps=2).
+    /// sn+natsv:k=N, softwhiten, auto (options of a kind may follow it:
+    /// flow:levels=2,steps=2).
     /// none (the uncalibrated baseline) is always included.
     #[arg(long, default_value = "none,flow,whiten", value_parser = parse_kinds, value_name = "KINDS")]
     pub kinds: Kinds,

@@ -20,7 +20,7 @@ pub struct CompareArgs {
     #[arg(long, value_delimiter = ',', default_value = "last-avg,first-last-avg,emb-avg", value_parser = parse_pooling)]
     pub poolings: Vec<Pooling>,
     /// Calibrator kinds, comma-separated (options after a colon, e.g.
-    /// none,sn,whiten,natsv:k=5,flow:seed=1,epochs=2).
+    /// none,sn,whiten,natsv:k=5,auto,flow:seed=1,epochs=2).
     #[arg(long, default_value = "none,sn,natsv:k=5,whiten,flow")]
     pub kinds: String,
     /// Token weightings of the averaging poolings, comma-separated (each a spec as

@@ -92,7 +92,8 @@ pub struct EvalArgs {
     #[command(flatten)]
     pub tasks: TaskArgs,
     /// Fit a calibrator of this kind per task (see --on), e.g. flow, whiten,
-    /// whiten:k=256, sn, natsv:k=5, sn+natsv:k=5, none.
+    /// whiten:k=256, sn, natsv:k=5, sn+natsv:k=5, softwhiten:alpha=0.7,blend=0.5, auto,
+    /// none.
     #[arg(long, value_name = "KIND", conflicts_with = "calibrator")]
     pub fit: Option<CalibSpec>,
     /// Apply this fitted calibrator (from `bertflow fit`) to every task.
