@@ -170,18 +170,21 @@ impl Decision {
         s
     }
 
+    /// The soft whitening it applies (`None`: the identity).
+    pub fn params(&self) -> Option<crate::SoftParams> {
+        self.alpha.map(|alpha| crate::SoftParams {
+            alpha,
+            shrink: self.shrink,
+            drop: self.drop,
+            blend: self.blend,
+        })
+    }
+
     /// The `softwhiten` spec that applies the same transform (`none` for
     /// the identity), for users who want to fix the choice.
     pub fn spec(&self) -> crate::CalibSpec {
-        match self.alpha {
-            None => crate::CalibSpec::None,
-            Some(alpha) => crate::CalibSpec::SoftWhiten {
-                alpha,
-                shrink: self.shrink,
-                drop: self.drop,
-                blend: self.blend,
-            },
-        }
+        self.params()
+            .map_or(crate::CalibSpec::None, crate::CalibSpec::SoftWhiten)
     }
 }
 

@@ -12,7 +12,7 @@ use crate::advise::{decide, stats_from, AutoStats, Decision};
 use crate::error::Result;
 use crate::io::{TensorReader, TensorWriter};
 use crate::linear::check_transform_input;
-use crate::softwhiten::{Eigen, SoftParams, SoftWhitening};
+use crate::softwhiten::{Eigen, SoftWhitening};
 use crate::Calibrator;
 
 /// Version of the decision rule, stored in every `auto` file.
@@ -39,17 +39,9 @@ impl Auto {
         let e = Eigen::of("auto", x)?;
         let stats = stats_from(x, &e);
         let decision = decide(&stats);
-        let transform = match decision.alpha {
+        let transform = match decision.params() {
             None => None,
-            Some(alpha) => Some(SoftWhitening::from_eigen(
-                &e,
-                SoftParams {
-                    alpha,
-                    shrink: decision.shrink,
-                    drop: decision.drop,
-                    blend: decision.blend,
-                },
-            )?),
+            Some(p) => Some(SoftWhitening::from_eigen(&e, p)?),
         };
         Ok(Auto {
             dim: x.ncols(),

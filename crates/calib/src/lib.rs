@@ -71,7 +71,7 @@ pub use io::{
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{fit_from_moments, MomentStats, MOMENT_BLOCK};
-pub use softwhiten::SoftWhitening;
+pub use softwhiten::{SoftParams, SoftWhitening};
 pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation};
 pub use stats::ZERO_VARIANCE_RTOL;
 
@@ -151,12 +151,7 @@ impl Fitted {
             Fitted::Natsv(n) => CalibSpec::Natsv { k: n.k },
             Fitted::SnNatsv(s) => CalibSpec::SnNatsv { k: s.natsv.k },
             Fitted::Flow(f) => CalibSpec::Flow(f.config.clone()),
-            Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten {
-                alpha: s.alpha,
-                shrink: s.shrink,
-                drop: s.drop,
-                blend: s.blend,
-            },
+            Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten(s.params()),
             Fitted::Auto(_) => CalibSpec::Auto,
         }
     }
@@ -310,20 +305,7 @@ pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, opts: &mut FitOptions<'_>) -> R
                 .map(|b| &mut **b as &mut dyn FnMut(FitProgress));
             Ok(Fitted::Flow(Flow::fit(cfg, x, progress)?))
         }
-        CalibSpec::SoftWhiten {
-            alpha,
-            shrink,
-            drop,
-            blend,
-        } => Ok(Fitted::SoftWhiten(SoftWhitening::fit(
-            x,
-            softwhiten::SoftParams {
-                alpha: *alpha,
-                shrink: *shrink,
-                drop: *drop,
-                blend: *blend,
-            },
-        )?)),
+        CalibSpec::SoftWhiten(p) => Ok(Fitted::SoftWhiten(SoftWhitening::fit(x, *p)?)),
         CalibSpec::Auto => Ok(Fitted::Auto(Auto::fit(x)?)),
         CalibSpec::None => {
             stats::check_fit_input("none", x, 1)?;

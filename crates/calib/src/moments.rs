@@ -13,7 +13,7 @@ use ndarray::{s, Array1, Array2, ArrayView2};
 
 use crate::error::{CalibError, Result};
 use crate::linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
-use crate::softwhiten::{Eigen, SoftParams, SoftWhitening};
+use crate::softwhiten::{Eigen, SoftWhitening};
 use crate::spec::CalibSpec;
 use crate::Fitted;
 
@@ -311,24 +311,13 @@ pub fn fit_from_moments(spec: &CalibSpec, stats: &MomentStats) -> Result<Fitted>
         CalibSpec::Whiten { k } => Fitted::Whiten(Whitening::from_moments(stats, *k)?),
         CalibSpec::Natsv { k } => Fitted::Natsv(Natsv::from_moments(stats, *k)?),
         CalibSpec::SnNatsv { k } => Fitted::SnNatsv(SnNatsv::from_moments(stats, *k)?),
-        CalibSpec::SoftWhiten {
-            alpha,
-            shrink,
-            drop,
-            blend,
-        } => {
-            let p = SoftParams {
-                alpha: *alpha,
-                shrink: *shrink,
-                drop: *drop,
-                blend: *blend,
-            };
+        CalibSpec::SoftWhiten(p) => {
             p.check().map_err(|reason| CalibError::BadData {
                 kind: "softwhiten",
                 reason,
             })?;
             let e = Eigen::from_moments("softwhiten", stats)?;
-            Fitted::SoftWhiten(SoftWhitening::from_eigen(&e, p)?)
+            Fitted::SoftWhiten(SoftWhitening::from_eigen(&e, *p)?)
         }
         CalibSpec::Auto => {
             return Err(CalibError::BadData {

@@ -64,19 +64,26 @@ pub struct SoftWhitening {
     eigenvalues: Array1<f64>,
 }
 
-/// The options of a soft whitening (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct SoftParams {
+/// The options of a soft whitening (see the module docs): what
+/// `softwhiten:alpha=A,shrink=L,drop=K,blend=B` parses to.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SoftParams {
+    /// Whitening strength in [0, 1] (0 centres, 1 whitens).
     pub alpha: f64,
+    /// Shrinkage of the covariance towards its mean eigenvalue, in [0, 1].
     pub shrink: f64,
+    /// Leading principal directions removed first (all-but-the-top).
+    #[serde(default)]
     pub drop: usize,
+    /// Weight of the raw unit direction mixed into the output, in [0, 1).
+    #[serde(default)]
     pub blend: f64,
 }
 
 impl SoftParams {
     /// Checks `alpha` and `shrink` (both finite, in [0, 1]) and `blend`
     /// (finite, in [0, 1)).
-    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+    pub fn check(&self) -> std::result::Result<(), String> {
         let (alpha, shrink, blend) = (self.alpha, self.shrink, self.blend);
         if !(alpha.is_finite() && (0.0..=1.0).contains(&alpha)) {
             return Err(format!("alpha must be a number in [0, 1], got {alpha}"));

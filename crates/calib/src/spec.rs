@@ -29,6 +29,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CalibError, Result};
+use crate::softwhiten::SoftParams;
 
 /// What to fit. Parse it from a string with [`str::parse`]; its `Display`
 /// gives back a canonical string that parses to the same spec.
@@ -64,18 +65,7 @@ pub enum CalibSpec {
     Flow(FlowConfig),
     /// Soft whitening `U diag(s'^(-alpha/2))` with shrunk eigenvalues `s'`.
     #[serde(rename = "softwhiten")]
-    SoftWhiten {
-        /// Whitening strength in [0, 1] (0 centres, 1 whitens).
-        alpha: f64,
-        /// Shrinkage of the covariance towards its mean eigenvalue, in [0, 1].
-        shrink: f64,
-        /// Leading principal directions removed first (all-but-the-top).
-        #[serde(default)]
-        drop: usize,
-        /// Weight of the raw unit direction mixed into the output, in [0, 1).
-        #[serde(default)]
-        blend: f64,
-    },
+    SoftWhiten(SoftParams),
     /// Decides from the fit data how far to go, from identity to whitening.
     #[serde(rename = "auto")]
     Auto,
@@ -182,19 +172,7 @@ impl CalibSpec {
         };
         match self {
             CalibSpec::None | CalibSpec::Sn | CalibSpec::Auto => Ok(()),
-            CalibSpec::SoftWhiten {
-                alpha,
-                shrink,
-                drop,
-                blend,
-            } => crate::softwhiten::SoftParams {
-                alpha: *alpha,
-                shrink: *shrink,
-                drop: *drop,
-                blend: *blend,
-            }
-            .check()
-            .map_err(err),
+            CalibSpec::SoftWhiten(p) => p.check().map_err(err),
             CalibSpec::Whiten { k: Some(0) } => Err(err("k must be >= 1".into())),
             CalibSpec::Whiten { .. } => Ok(()),
             CalibSpec::Natsv { k } | CalibSpec::SnNatsv { k } => {
@@ -309,12 +287,12 @@ impl FromStr for CalibSpec {
                             .map_err(|_| err(format!("{key}={v:?}: expected a number")))
                     })
                 };
-                CalibSpec::SoftWhiten {
+                CalibSpec::SoftWhiten(SoftParams {
                     alpha: num("alpha", 0.5)?,
                     shrink: num("shrink", 0.0)?,
                     drop: get("drop").map_or(Ok(0), |v| parse_usize(s, "drop", v))?,
                     blend: num("blend", 0.0)?,
-                }
+                })
             }
             "whiten" => CalibSpec::Whiten {
                 k: get("k").map(|v| parse_usize(s, "k", v)).transpose()?,
@@ -414,18 +392,13 @@ impl fmt::Display for CalibSpec {
             CalibSpec::Whiten { k: Some(k) } => write!(f, "whiten:k={k}"),
             CalibSpec::Natsv { k } => write!(f, "natsv:k={k}"),
             CalibSpec::SnNatsv { k } => write!(f, "sn+natsv:k={k}"),
-            CalibSpec::SoftWhiten {
-                alpha,
-                shrink,
-                drop,
-                blend,
-            } => {
-                write!(f, "softwhiten:alpha={alpha},shrink={shrink}")?;
-                if *drop > 0 {
-                    write!(f, ",drop={drop}")?;
+            CalibSpec::SoftWhiten(p) => {
+                write!(f, "softwhiten:alpha={},shrink={}", p.alpha, p.shrink)?;
+                if p.drop > 0 {
+                    write!(f, ",drop={}", p.drop)?;
                 }
-                if *blend > 0.0 {
-                    write!(f, ",blend={blend}")?;
+                if p.blend > 0.0 {
+                    write!(f, ",blend={}", p.blend)?;
                 }
                 Ok(())
             }
