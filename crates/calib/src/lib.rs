@@ -151,7 +151,7 @@ impl Fitted {
             Fitted::Natsv(n) => CalibSpec::Natsv { k: n.k },
             Fitted::SnNatsv(s) => CalibSpec::SnNatsv { k: s.natsv.k },
             Fitted::Flow(f) => CalibSpec::Flow(f.config.clone()),
-            Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten(s.params()),
+            Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten(s.params),
             Fitted::Auto(_) => CalibSpec::Auto,
         }
     }

@@ -43,16 +43,9 @@ use crate::Calibrator;
 pub struct SoftWhitening {
     /// Input dimension.
     pub dim: usize,
-    /// Whitening strength in [0, 1]: 0 centres, 1 whitens fully.
-    pub alpha: f64,
-    /// Shrinkage of the eigenvalues towards their mean, in [0, 1].
-    pub shrink: f64,
-    /// Leading principal directions removed before whitening.
-    #[serde(default)]
-    pub drop: usize,
-    /// Weight of the raw unit direction in the output, in [0, 1) (0: none).
-    #[serde(default)]
-    pub blend: f64,
+    /// The options it was fitted with (flattened into the file header).
+    #[serde(flatten)]
+    pub params: SoftParams,
     /// Numerical rank of the fit data's covariance (the output dimension is
     /// `rank - drop`, or `dim` when blended).
     pub rank: usize,
@@ -185,10 +178,7 @@ impl SoftWhitening {
         }
         Ok(SoftWhitening {
             dim: d,
-            alpha: p.alpha,
-            shrink: p.shrink,
-            drop: p.drop,
-            blend: p.blend,
+            params: p,
             rank: r,
             mean: e.mean.clone(),
             w,
@@ -196,21 +186,11 @@ impl SoftWhitening {
         })
     }
 
-    /// The options this was fitted with.
-    pub(crate) fn params(&self) -> SoftParams {
-        SoftParams {
-            alpha: self.alpha,
-            shrink: self.shrink,
-            drop: self.drop,
-            blend: self.blend,
-        }
-    }
-
     fn out_dim(&self) -> usize {
-        if self.blend > 0.0 {
+        if self.params.blend > 0.0 {
             self.dim
         } else {
-            self.rank.saturating_sub(self.drop)
+            self.rank.saturating_sub(self.params.drop)
         }
     }
 
@@ -239,8 +219,8 @@ impl SoftWhitening {
         check_transform_input(self.dim, x)?;
         let xc = stats::centred(x, &self.mean);
         let mut z = xc.dot(&self.w);
-        if self.blend > 0.0 {
-            let b = self.blend;
+        if self.params.blend > 0.0 {
+            let b = self.params.blend;
             for (mut zr, xr) in z.rows_mut().into_iter().zip(x.rows()) {
                 let xn = xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
                 let zn = zr.iter().map(|v| v * v).sum::<f64>().sqrt();
@@ -273,13 +253,13 @@ impl SoftWhitening {
     }
 
     pub(crate) fn read_tensors(&mut self, r: &mut TensorReader, prefix: &str) -> Result<()> {
-        if self.rank > self.dim || self.rank == 0 || self.drop >= self.rank {
+        if self.rank > self.dim || self.rank == 0 || self.params.drop >= self.rank {
             return Err(r.format_error(format!(
                 "inconsistent header: rank {} dim {} drop {}",
-                self.rank, self.dim, self.drop
+                self.rank, self.dim, self.params.drop
             )));
         }
-        if let Err(reason) = self.params().check() {
+        if let Err(reason) = self.params.check() {
             return Err(r.format_error(format!("inconsistent header: {reason}")));
         }
         let out = self.out_dim();
@@ -305,12 +285,12 @@ impl Calibrator for SoftWhitening {
         Ok(self.transform_f64(x)?.mapv(|v| v as f32))
     }
     fn describe(&self) -> String {
-        let mut opts = format!("alpha={}, shrink={}", self.alpha, self.shrink);
-        if self.drop > 0 {
-            opts.push_str(&format!(", drop={}", self.drop));
+        let mut opts = format!("alpha={}, shrink={}", self.params.alpha, self.params.shrink);
+        if self.params.drop > 0 {
+            opts.push_str(&format!(", drop={}", self.params.drop));
         }
-        if self.blend > 0.0 {
-            opts.push_str(&format!(", blend={}", self.blend));
+        if self.params.blend > 0.0 {
+            opts.push_str(&format!(", blend={}", self.params.blend));
         }
         format!(
             "softwhiten ({opts}, covariance rank {}; {} -> {} dims)",
