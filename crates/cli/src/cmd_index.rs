@@ -37,12 +37,86 @@ pub enum IndexCommand {
         #[arg(long, value_name = "FILE")]
         index: PathBuf,
     },
-    /// Check every checksum of an index (reads the whole file) and of its HNSW graph.
-    Verify {
-        /// The index file.
-        #[arg(long, value_name = "FILE")]
-        index: PathBuf,
-    },
+    /// Check every checksum of an index (reads the whole file) and of its HNSW graph;
+    /// with --repair, bring a damaged index back to its last complete state.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The index file.
+    #[arg(long, value_name = "FILE")]
+    pub index: PathBuf,
+    /// Cut off the bytes of an interrupted `index add` (the index keeps the sentences
+    /// of its last complete state). An index left without a footer by an interrupted
+    /// `index add` of bertflow 0.1 gets a new footer for its complete segments, made
+    /// with the model, pooling and calibrator given here (those it was built with).
+    #[arg(long)]
+    pub repair: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Pooling the index was built with (only for rebuilding a footer).
+    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    pub pooling: Pooling,
+    /// Calibrator the index was built with (only for rebuilding a footer).
+    #[arg(long, value_name = "FILE")]
+    pub calibrator: Option<PathBuf>,
+}
+
+impl VerifyArgs {
+    /// The identity these settings give (loads the model).
+    fn identity(&self) -> Result<bertflow_index::Identity> {
+        let calibrator = self
+            .calibrator
+            .as_deref()
+            .map(|p| LoadedCalibrator::open(p, true))
+            .transpose()?;
+        let embedder = self.model.load()?;
+        Ok(index_identity(
+            &embedder.encoder,
+            &self.pooling,
+            calibrator.as_ref(),
+        )?)
+    }
+}
+
+fn repair(v: &VerifyArgs) -> Result<()> {
+    use bertflow_index::Repaired;
+    let repaired = match bertflow_index::repair(&v.index, None) {
+        Err(bertflow_index::IndexError::Corrupt(reason)) => {
+            eprintln!(
+                "{reason}\nrebuilding the footer with the settings given (model {}, pooling {})",
+                v.model.model, v.pooling
+            );
+            bertflow_index::repair(&v.index, Some(&v.identity()?))?
+        }
+        other => other?,
+    };
+    match repaired {
+        Repaired::Clean { sentences } => {
+            println!("{}: nothing to repair ({sentences} sentences)", v.index.display())
+        }
+        Repaired::Truncated { sentences, bytes } => println!(
+            "{}: removed {bytes} bytes of an interrupted `index add`; {sentences} sentences",
+            v.index.display()
+        ),
+        Repaired::Rebuilt {
+            sentences,
+            segments,
+            bytes,
+        } => println!(
+            "{}: rebuilt the footer: {sentences} sentences in {segments} complete segment(s); removed {bytes} bytes of an unfinished segment",
+            v.index.display()
+        ),
+    }
+    Ok(())
+}
+
+/// Tell the user when an index opened in the state before an interrupted append.
+fn note_recovery(index: &Index) {
+    if let Some(note) = index.recovered() {
+        eprintln!("note: {note}");
+    }
 }
 
 /// How the vectors are made (must match at `serve --index`).
@@ -180,17 +254,11 @@ pub fn run(a: IndexArgs) -> Result<()> {
                 Ok(IndexWriter::create(&b.output, id.clone())?)
             })?;
             println!("wrote {total} sentences to {}", b.output.display());
-            let stale = AnnFiles::of(&b.output);
             if b.ann {
                 ann(&b.output, b.hnsw.params(), true)?;
             } else {
                 // A graph of the file this one replaced would be refused anyway.
-                for f in [&stale.meta, &stale.graph, &stale.data] {
-                    if f.exists() {
-                        std::fs::remove_file(f)
-                            .with_context(|| format!("cannot remove {}", f.display()))?;
-                    }
-                }
+                AnnFiles::of(&b.output).remove()?;
             }
         }
         IndexCommand::Add(add) => {
@@ -207,6 +275,7 @@ pub fn run(a: IndexArgs) -> Result<()> {
         IndexCommand::Ann(x) => ann(&x.index, x.hnsw.params(), x.rebuild)?,
         IndexCommand::Info { index } => {
             let opened = Index::open(&index, false)?;
+            note_recovery(&opened);
             let id = opened.identity();
             println!(
                 "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}, precision {}, HNSW graph {}",
@@ -221,9 +290,14 @@ pub fn run(a: IndexArgs) -> Result<()> {
                 if AnnFiles::of(&index).exist() { "yes" } else { "no" }
             );
         }
-        IndexCommand::Verify { index } => {
+        IndexCommand::Verify(v) => {
+            if v.repair {
+                repair(&v)?;
+            }
+            let index = v.index;
             let started = std::time::Instant::now();
             let opened = std::sync::Arc::new(Index::open(&index, true)?);
+            note_recovery(&opened);
             let graph = bertflow_index::Ann::load(std::sync::Arc::clone(&opened), &index)?;
             println!(
                 "{}: every checksum matches ({} sentences{}; {:.1} s)",

@@ -289,7 +289,7 @@ fn ann_graph_is_built_stored_and_served() {
         out.contains("built the HNSW graph") && out.contains("12 in all"),
         "{out}"
     );
-    assert!(dir.path().join("c.idx.hnsw.graph").is_file());
+    assert!(dir.path().join("c.idx.g1.hnsw.graph").is_file());
     assert!(
         ok(&bertflow(&["index", "verify", "--index", idx_s])).contains("HNSW graph of 12 points")
     );

@@ -4,11 +4,18 @@
 //! Three files sit beside `corpus.idx`:
 //!
 //! ```text
-//! corpus.idx.hnsw.graph   the graph (hnsw_rs dump format)
-//! corpus.idx.hnsw.data    the point data: one u32 per point, its row in the index
-//! corpus.idx.hnsw.json    parameters, sizes and CRC-32s of the two files, and which
-//!                         segments of the index the graph covers; written last
+//! corpus.idx.gN.hnsw.graph   the graph (hnsw_rs dump format), generation N
+//! corpus.idx.gN.hnsw.data    the point data: one u32 per point, its row in the index
+//! corpus.idx.hnsw.json       which generation is current, its parameters, the sizes
+//!                            and CRC-32s of its two files, and which segments of the
+//!                            index the graph covers
 //! ```
+//!
+//! Saving writes a new generation beside the current one, fsyncs it, then
+//! replaces the metadata atomically (the commit point), then removes the old
+//! generation: a crash at any instant leaves the old graph or the new one
+//! loadable. (Version 1 metadata, without a generation, names the files
+//! `corpus.idx.hnsw.graph` and `.data`; they are still read.)
 //!
 //! The graph does not copy the vectors: a stored point is its row number, and
 //! the distance reads the row from the memory-mapped index (a query is passed as
@@ -30,8 +37,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{dot, Index, IndexError};
 
-/// Version of the `.hnsw.json` schema.
-pub const ANN_FORMAT_VERSION: u32 = 1;
+/// Version of the `.hnsw.json` schema written (2: with `dump`).
+pub const ANN_FORMAT_VERSION: u32 = 2;
 
 /// HNSW parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,35 +64,105 @@ impl Default for AnnParams {
     }
 }
 
-/// The three files of a graph stored next to `index_path`.
+/// The files of a graph stored next to `index_path`.
 #[derive(Debug, Clone)]
 pub struct AnnFiles {
     /// `<index>.hnsw.json`.
     pub meta: PathBuf,
-    /// `<index>.hnsw.graph`.
-    pub graph: PathBuf,
-    /// `<index>.hnsw.data`.
-    pub data: PathBuf,
+    /// The index file.
+    index: PathBuf,
 }
 
 impl AnnFiles {
     /// The files of the graph of the index at `index_path`.
     pub fn of(index_path: &Path) -> Self {
-        let with = |suffix: &str| {
-            let mut name = index_path.file_name().unwrap_or_default().to_os_string();
-            name.push(suffix);
-            index_path.with_file_name(name)
-        };
+        let mut name = index_path.file_name().unwrap_or_default().to_os_string();
+        name.push(".hnsw.json");
         Self {
-            meta: with(".hnsw.json"),
-            graph: with(".hnsw.graph"),
-            data: with(".hnsw.data"),
+            meta: index_path.with_file_name(name),
+            index: index_path.to_path_buf(),
         }
     }
 
     /// Whether a graph is stored (its metadata file exists).
     pub fn exist(&self) -> bool {
         self.meta.exists()
+    }
+
+    /// The directory holding the files.
+    fn dir(&self) -> &Path {
+        self.index
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    }
+
+    /// The dump base name of generation `generation` (0: the version 1 names).
+    fn base(&self, generation: u64) -> String {
+        let name = self.index.file_name().unwrap_or_default().to_string_lossy();
+        if generation == 0 {
+            name.into_owned()
+        } else {
+            format!("{name}.g{generation}")
+        }
+    }
+
+    /// The graph and data files of generation `generation`.
+    fn dump(&self, generation: u64) -> (PathBuf, PathBuf) {
+        let base = self.base(generation);
+        let dir = self.dir();
+        (
+            dir.join(format!("{base}.hnsw.graph")),
+            dir.join(format!("{base}.hnsw.data")),
+        )
+    }
+
+    /// The graph and data files the stored metadata names (`None` without
+    /// readable metadata).
+    pub fn current(&self) -> Option<(PathBuf, PathBuf)> {
+        let json = std::fs::read(&self.meta).ok()?;
+        let meta: AnnMeta = serde_json::from_slice(&json).ok()?;
+        Some(self.dump(meta.generation))
+    }
+
+    /// Remove the stored graph: the metadata first (so no graph looks
+    /// complete), then the dump files of every generation.
+    pub fn remove(&self) -> Result<(), IndexError> {
+        if self.meta.exists() {
+            std::fs::remove_file(&self.meta).map_err(io(&self.meta))?;
+        }
+        self.remove_dumps_except(None)
+    }
+
+    /// Remove the dump files of every generation but `keep` (leftovers of
+    /// older graphs and of interrupted saves).
+    fn remove_dumps_except(&self, keep: Option<u64>) -> Result<(), IndexError> {
+        let name = self.base(0);
+        let entries = match std::fs::read_dir(self.dir()) {
+            Ok(entries) => entries,
+            Err(_) => return Ok(()),
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let Some(stem) = file
+                .strip_suffix(".hnsw.graph")
+                .or_else(|| file.strip_suffix(".hnsw.data"))
+            else {
+                continue;
+            };
+            let generation = if stem == name {
+                Some(0)
+            } else {
+                stem.strip_prefix(&name)
+                    .and_then(|s| s.strip_prefix(".g"))
+                    .and_then(|g| g.parse::<u64>().ok())
+            };
+            if generation.is_some() && generation != keep {
+                let path = entry.path();
+                std::fs::remove_file(&path).map_err(io(&path))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -103,6 +180,9 @@ struct AnnMeta {
     graph_crc32: u32,
     data_bytes: u64,
     data_crc32: u32,
+    /// Generation of the dump files (absent in version 1: generation 0).
+    #[serde(default)]
+    generation: u64,
 }
 
 /// `1 - cosine` between rows of the index (a one-element slice: the row) and
@@ -173,9 +253,9 @@ fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMeta>, IndexE
     let meta: AnnMeta = serde_json::from_slice(&json).map_err(|e| {
         IndexError::Corrupt(format!("{}: bad HNSW metadata: {e}", files.meta.display()))
     })?;
-    if meta.format_version != ANN_FORMAT_VERSION {
+    if !(1..=ANN_FORMAT_VERSION).contains(&meta.format_version) {
         return Err(IndexError::Invalid(format!(
-            "{}: HNSW format version {} is not supported (this build reads {ANN_FORMAT_VERSION})",
+            "{}: HNSW format version {} is not supported (this build reads 1 to {ANN_FORMAT_VERSION})",
             files.meta.display(),
             meta.format_version
         )));
@@ -183,7 +263,7 @@ fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMeta>, IndexE
     if index.prefix_id(meta.segments).as_deref() != Some(meta.prefix_id.as_str()) {
         return Err(IndexError::Mismatch(format!(
             "the HNSW graph {} was built for another index; rebuild it with `bertflow index ann --index {}`",
-            files.graph.display(),
+            files.meta.display(),
             index_path.display()
         )));
     }
@@ -281,11 +361,16 @@ impl Ann {
         self.len() == 0
     }
 
-    /// Write the graph next to `index_path` (replacing a previous one; the
-    /// metadata file is written last, so an interrupted write leaves no graph
-    /// that looks complete).
+    /// Write the graph next to `index_path`, replacing a previous one
+    /// atomically: a new generation of dump files, fsynced, then the metadata
+    /// (renamed into place), then the old generation is removed.
     pub fn save(&self, index_path: &Path) -> Result<(), IndexError> {
         let files = AnnFiles::of(index_path);
+        let previous = read_meta(&self.index, index_path)
+            .ok()
+            .flatten()
+            .map_or(0, |m| m.generation);
+        let generation = previous + 1;
         // hnsw_rs never overwrites a dump: write into a fresh folder, then move.
         let mut tmp_name = index_path.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(".hnsw.partial");
@@ -294,19 +379,21 @@ impl Ann {
             std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
         }
         std::fs::create_dir(&tmp).map_err(io(&tmp))?;
-        if files.meta.exists() {
-            std::fs::remove_file(&files.meta).map_err(io(&files.meta))?;
-        }
         let dumped =
             guarded("writing the graph", || self.hnsw.file_dump(&tmp, "g"))?.map_err(|e| {
                 IndexError::Io(format!("{}: cannot write the graph: {e}", tmp.display()))
             })?;
-        let from = |ext: &str| tmp.join(format!("{dumped}.hnsw.{ext}"));
-        std::fs::rename(from("graph"), &files.graph).map_err(io(&files.graph))?;
-        std::fs::rename(from("data"), &files.data).map_err(io(&files.data))?;
+        let (graph, data) = files.dump(generation);
+        for (ext, to) in [("graph", &graph), ("data", &data)] {
+            let from = tmp.join(format!("{dumped}.hnsw.{ext}"));
+            bertflow_durable::sync_file(&from)?;
+            std::fs::rename(&from, to).map_err(io(to))?;
+        }
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-        let (graph_bytes, graph_crc32) = file_crc(&files.graph)?;
-        let (data_bytes, data_crc32) = file_crc(&files.data)?;
+        bertflow_durable::sync_dir(files.dir())?;
+        bertflow_durable::crash_point("ann:dumped");
+        let (graph_bytes, graph_crc32) = file_crc(&graph)?;
+        let (data_bytes, data_crc32) = file_crc(&data)?;
         let segments = self.index.segments();
         let meta = AnnMeta {
             format_version: ANN_FORMAT_VERSION,
@@ -318,14 +405,13 @@ impl Ann {
             graph_crc32,
             data_bytes,
             data_crc32,
+            generation,
         };
         let json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| IndexError::Invalid(format!("cannot encode the HNSW metadata: {e}")))?;
-        let mut partial = files.meta.clone().into_os_string();
-        partial.push(".partial");
-        std::fs::write(&partial, json).map_err(io(Path::new(&partial)))?;
-        std::fs::rename(&partial, &files.meta).map_err(io(&files.meta))?;
-        Ok(())
+        bertflow_durable::write(&files.meta, json)?;
+        bertflow_durable::crash_point("ann:published");
+        files.remove_dumps_except(Some(generation))
     }
 
     /// Load the graph stored next to `index_path` for `index` (the same file,
@@ -338,9 +424,10 @@ impl Ann {
         let Some(meta) = read_meta(&index, index_path)? else {
             return Ok(None);
         };
+        let (graph, data) = files.dump(meta.generation);
         for (path, bytes, crc) in [
-            (&files.graph, meta.graph_bytes, meta.graph_crc32),
-            (&files.data, meta.data_bytes, meta.data_crc32),
+            (&graph, meta.graph_bytes, meta.graph_crc32),
+            (&data, meta.data_bytes, meta.data_crc32),
         ] {
             if file_crc(path)? != (bytes, crc) {
                 return Err(IndexError::Corrupt(format!(
@@ -349,15 +436,8 @@ impl Ann {
                 )));
             }
         }
-        let dir = index_path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let basename = index_path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+        let dir = files.dir();
+        let basename = files.base(meta.generation);
         // The loaded graph borrows from its loader for its whole life: one small
         // loader is leaked per graph loaded (once per server start).
         let loader: &'static HnswIo = Box::leak(Box::new(HnswIo::new(dir, &basename)));
@@ -367,11 +447,11 @@ impl Ann {
         let mut hnsw = guarded("reading the graph", || {
             loader.load_hnsw_with_dist::<u32, RowCosine>(dist)
         })?
-        .map_err(|e| IndexError::Corrupt(format!("{}: {e}", files.graph.display())))?;
+        .map_err(|e| IndexError::Corrupt(format!("{}: {e}", graph.display())))?;
         if hnsw.get_nb_point() as u64 != meta.count {
             return Err(IndexError::Corrupt(format!(
                 "{}: {} points, the metadata says {}",
-                files.graph.display(),
+                graph.display(),
                 hnsw.get_nb_point(),
                 meta.count
             )));

@@ -16,8 +16,16 @@
 //! ```
 //!
 //! and the footer records its offset, count, text-byte length and CRC-32 (over
-//! the whole segment). `index add` replaces the footer by a new segment and a
-//! new footer; the segments already written are not touched.
+//! the whole segment).
+//!
+//! `index add` never changes a byte of the state it starts from: it writes the
+//! new segments after the old trailer, then a new footer listing every
+//! segment, fsyncs, and only then writes the new trailer (and fsyncs again).
+//! Until that last write the old trailer is the last complete one and readers
+//! find the old state (see `locate`); afterwards the old footer and trailer
+//! are dead bytes between segments. Format version 2 allows such gaps
+//! (version 1, written before appends worked this way, requires zero padding
+//! only); both are read.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,8 +33,10 @@ use crate::IndexError;
 
 /// First and last 8 bytes of every index file.
 pub const MAGIC: &[u8; 8] = b"BFINDEX1";
-/// Version of the footer schema.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the layout written: 2 (gaps between segments allowed).
+pub const FORMAT_VERSION: u32 = 2;
+/// Versions read.
+pub const FORMAT_VERSIONS: [u32; 2] = [1, 2];
 /// Bytes after the footer: length, CRC-32, magic.
 pub const TRAILER_LEN: usize = 8 + 4 + 8;
 /// Alignment of each segment (and so of its vectors).

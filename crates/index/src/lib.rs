@@ -14,12 +14,15 @@
 
 pub mod ann;
 pub mod format;
+mod locate;
 mod reader;
+mod repair;
 mod writer;
 
 pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_EF_SEARCH};
 pub use format::Identity;
 pub use reader::{dot, Index};
+pub use repair::{repair, Repaired};
 pub use writer::IndexWriter;
 
 use sha2::{Digest, Sha256};

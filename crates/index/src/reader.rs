@@ -3,12 +3,12 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use memmap2::Mmap;
 
-use crate::format::{Footer, Identity, ALIGN, FORMAT_VERSION, MAGIC, TRAILER_LEN};
+use crate::format::{Footer, Identity, ALIGN, MAGIC, TRAILER_LEN};
+use crate::locate::{corrupt, locate, Located};
 use crate::IndexError;
 
 /// One segment, checked: byte ranges into the map.
@@ -29,62 +29,89 @@ pub struct Index {
     /// CRC-32 of the footer: changes whenever the content does.
     footer_crc: u32,
     segments: Vec<Segment>,
+    /// End of the state opened (just after its trailer).
+    end: u64,
+    /// Bytes after `end`: an interrupted append.
+    discarded: u64,
 }
 
-fn corrupt(path: &Path, what: impl std::fmt::Display) -> IndexError {
-    IndexError::Corrupt(format!("{}: {what}", path.display()))
+/// Whether `gap` is exactly the footer and trailer of an earlier state, then
+/// zero padding (what `index add` leaves between the old segments and its own).
+fn is_dead_footer(gap: &[u8]) -> bool {
+    let end = gap.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    if end < TRAILER_LEN || &gap[end - MAGIC.len()..end] != MAGIC {
+        return false;
+    }
+    let trailer = &gap[end - TRAILER_LEN..end];
+    let len = u64::from_le_bytes(trailer[..8].try_into().unwrap_or_default());
+    let crc = u32::from_le_bytes(trailer[8..12].try_into().unwrap_or_default());
+    let json = &gap[..end - TRAILER_LEN];
+    json.len() as u64 == len && crc32fast::hash(json) == crc
 }
 
-/// Read and check the trailer and footer of the index file `file`; returns
-/// the footer's offset, the footer and its CRC-32.
-pub(crate) fn read_footer(mut file: &File, path: &Path) -> Result<(u64, Footer, u32), IndexError> {
-    let io = |e: std::io::Error| IndexError::Io(format!("{}: {e}", path.display()));
-    let len = file.metadata().map_err(io)?.len();
-    if len < (MAGIC.len() + TRAILER_LEN) as u64 {
-        return Err(corrupt(
-            path,
-            format!("{len} bytes is too short for an index"),
-        ));
+/// Check the layout of the state `l` of `map` and return its segments.
+fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment>, IndexError> {
+    let footer = &l.footer;
+    let footer_at = l.footer_at;
+    let dimension = footer.identity.dimension;
+    if dimension == 0 {
+        return Err(corrupt(path, "dimension 0"));
     }
-    let mut magic = [0u8; 8];
-    file.seek(SeekFrom::Start(0)).map_err(io)?;
-    file.read_exact(&mut magic).map_err(io)?;
-    if &magic != MAGIC {
-        return Err(corrupt(path, "not a bertflow index (bad magic)"));
+    // Version 1 files are zero-padded between segments; version 2 may also
+    // hold the footer and trailer of an earlier state there.
+    let dead_footers = footer.format_version >= 2;
+    let mut segments = Vec::with_capacity(footer.segments.len());
+    let mut next_free = MAGIC.len() as u64;
+    let mut first = 0usize;
+    for (k, meta) in footer.segments.iter().enumerate() {
+        let bad = |what: &str| corrupt(path, format!("segment {k}: {what}"));
+        let len = meta.len(dimension).ok_or_else(|| bad("size overflows"))?;
+        if meta.offset % ALIGN != 0 || meta.offset < next_free || meta.offset > footer_at {
+            return Err(bad("misplaced"));
+        }
+        let gap = &map[next_free as usize..meta.offset as usize];
+        if !(gap.iter().all(|&b| b == 0) || dead_footers && is_dead_footer(gap)) {
+            return Err(bad("non-zero padding before it"));
+        }
+        let end = meta
+            .offset
+            .checked_add(len)
+            .ok_or_else(|| bad("size overflows"))?;
+        if end > footer_at {
+            return Err(bad("runs past the footer"));
+        }
+        next_free = end;
+        let count = usize::try_from(meta.count).map_err(|_| bad("too large"))?;
+        let start = meta.offset as usize;
+        let vectors = start..start + count * dimension * 4;
+        let offsets = vectors.end..vectors.end + (count + 1) * 8;
+        let texts = offsets.end..end as usize;
+        // The offsets must start at 0 and end at text_bytes. Only the two ends are
+        // read here (reading all of them costs 8 bytes per sentence of page faults
+        // at start-up); `text` checks each pair it uses, and `verify` the CRC.
+        let at = |k: usize| {
+            let p = offsets.start + k * 8;
+            u64::from_le_bytes(map[p..p + 8].try_into().unwrap_or_default())
+        };
+        if at(0) != 0 || at(count) != meta.text_bytes {
+            return Err(bad("text offsets do not cover the texts"));
+        }
+        segments.push(Segment {
+            first,
+            count,
+            vectors,
+            offsets,
+            texts,
+        });
+        first += count;
     }
-    let mut trailer = [0u8; TRAILER_LEN];
-    file.seek(SeekFrom::Start(len - TRAILER_LEN as u64))
-        .map_err(io)?;
-    file.read_exact(&mut trailer).map_err(io)?;
-    if &trailer[12..] != MAGIC {
-        return Err(corrupt(
-            path,
-            "no trailer: the file is truncated, or an append was interrupted",
-        ));
+    if next_free != footer_at {
+        return Err(corrupt(path, "unaccounted bytes before the footer"));
     }
-    let footer_len = u64::from_le_bytes(trailer[..8].try_into().unwrap_or_default());
-    let footer_crc = u32::from_le_bytes(trailer[8..12].try_into().unwrap_or_default());
-    let body = len - TRAILER_LEN as u64;
-    if footer_len > body - MAGIC.len() as u64 {
-        return Err(corrupt(path, "footer length out of range"));
+    if first as u64 != footer.count {
+        return Err(corrupt(path, "the segment counts do not add up"));
     }
-    let footer_at = body - footer_len;
-    let mut json = vec![0u8; footer_len as usize];
-    file.seek(SeekFrom::Start(footer_at)).map_err(io)?;
-    file.read_exact(&mut json).map_err(io)?;
-    if crc32fast::hash(&json) != footer_crc {
-        return Err(corrupt(path, "footer checksum mismatch"));
-    }
-    let footer: Footer =
-        serde_json::from_slice(&json).map_err(|e| corrupt(path, format!("bad footer: {e}")))?;
-    if footer.format_version != FORMAT_VERSION {
-        return Err(IndexError::Invalid(format!(
-            "{}: index format version {} is not supported (this build reads {FORMAT_VERSION})",
-            path.display(),
-            footer.format_version
-        )));
-    }
-    Ok((footer_at, footer, footer_crc))
+    Ok(segments)
 }
 
 impl Index {
@@ -96,87 +123,60 @@ impl Index {
     /// segment, so a server is ready at once whatever the size;
     /// [`Index::verify`] checks the rest. Damage that only verification finds
     /// gives wrong vectors or an error from [`Index::text`], never a panic.
+    ///
+    /// A file whose end is not a complete state (an `index add` was
+    /// interrupted) opens in the last complete state before it;
+    /// [`Index::recovered`] says so.
     pub fn open(path: &Path, verify: bool) -> Result<Self, IndexError> {
+        let file =
+            File::open(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
+        Self::open_file(&file, path, verify)
+    }
+
+    /// [`Index::open`] on a file already open (for reading).
+    pub(crate) fn open_file(file: &File, path: &Path, verify: bool) -> Result<Self, IndexError> {
         if !cfg!(target_endian = "little") {
             return Err(IndexError::Invalid(
                 "index files are little-endian; this machine is not".into(),
             ));
         }
-        let file =
-            File::open(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
-        let (footer_at, footer, footer_crc) = read_footer(&file, path)?;
-        // SAFETY: the map is read-only; the file must not be truncated while it
-        // is mapped (index add rewrites only the footer region, after the
-        // segments a reader uses, and `serve` maps a file nobody appends to).
-        let map = unsafe { Mmap::map(&file) }
+        // SAFETY: the map is read-only. Writers never change or cut bytes of a
+        // complete state (`index add` writes after it; only the bytes of an
+        // interrupted append, after the last trailer, are cut), and a reader
+        // touches only its own state's segments after `open`.
+        let map = unsafe { Mmap::map(file) }
             .map_err(|e| IndexError::Io(format!("{}: cannot map: {e}", path.display())))?;
-        let dimension = footer.identity.dimension;
-        if dimension == 0 {
-            return Err(corrupt(path, "dimension 0"));
-        }
-        let mut segments = Vec::with_capacity(footer.segments.len());
-        let mut next_free = MAGIC.len() as u64;
-        let mut first = 0usize;
-        for (k, meta) in footer.segments.iter().enumerate() {
-            let bad = |what: &str| corrupt(path, format!("segment {k}: {what}"));
-            let len = meta.len(dimension).ok_or_else(|| bad("size overflows"))?;
-            if meta.offset % ALIGN != 0 || meta.offset < next_free || meta.offset > footer_at {
-                return Err(bad("misplaced"));
-            }
-            if map[next_free as usize..meta.offset as usize]
-                .iter()
-                .any(|&b| b != 0)
-            {
-                return Err(bad("non-zero padding before it"));
-            }
-            let end = meta
-                .offset
-                .checked_add(len)
-                .ok_or_else(|| bad("size overflows"))?;
-            if end > footer_at {
-                return Err(bad("runs past the footer"));
-            }
-            next_free = end;
-            let count = usize::try_from(meta.count).map_err(|_| bad("too large"))?;
-            let start = meta.offset as usize;
-            let vectors = start..start + count * dimension * 4;
-            let offsets = vectors.end..vectors.end + (count + 1) * 8;
-            let texts = offsets.end..end as usize;
-            // The offsets must start at 0 and end at text_bytes. Only the two ends are
-            // read here (reading all of them costs 8 bytes per sentence of page faults
-            // at start-up); `text` checks each pair it uses, and `verify` the CRC.
-            let at = |k: usize| {
-                let p = offsets.start + k * 8;
-                u64::from_le_bytes(map[p..p + 8].try_into().unwrap_or_default())
-            };
-            if at(0) != 0 || at(count) != meta.text_bytes {
-                return Err(bad("text offsets do not cover the texts"));
-            }
-            segments.push(Segment {
-                first,
-                count,
-                vectors,
-                offsets,
-                texts,
-            });
-            first += count;
-        }
-        if next_free != footer_at {
-            return Err(corrupt(path, "unaccounted bytes before the footer"));
-        }
-        if first as u64 != footer.count {
-            return Err(corrupt(path, "the segment counts do not add up"));
-        }
+        let located = locate(&map, path, |l| layout(&map, l, path).map(drop))?;
+        let segments = layout(&map, &located, path)?;
         let index = Self {
             map,
-            footer,
-            footer_crc,
+            footer: located.footer,
+            footer_crc: located.footer_crc,
             segments,
+            end: located.end,
+            discarded: located.discarded,
         };
         if verify {
             index.verify()?;
         }
         Ok(index)
+    }
+
+    /// Offset just after the trailer of the state opened: the file's length,
+    /// unless an interrupted append left bytes after it.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// When the file ends in the bytes of an interrupted `index add`: a
+    /// sentence saying so (the index opened in the state before it).
+    pub fn recovered(&self) -> Option<String> {
+        (self.discarded > 0).then(|| {
+            format!(
+                "the last {} bytes are an interrupted `index add` and were ignored: the index holds the {} sentences of the last complete state (the next `index add` or `index verify --repair` removes them)",
+                self.discarded, self.footer.count
+            )
+        })
     }
 
     /// Check every segment's CRC-32 against the footer (reads every page of

@@ -1,49 +1,71 @@
 //! Writing an index: [`IndexWriter::create`] for a new file (written to a
 //! temporary file next to it, renamed into place by `finish`), and
-//! [`IndexWriter::append`] to add segments to an existing one.
+//! [`IndexWriter::append`] to add segments to an existing one without
+//! touching the state it starts from (see [`crate::format`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use bertflow_durable::{crash_armed, crash_point, AtomicFile};
+
 use crate::format::{
     align_up, normalise_into, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC,
 };
-use crate::reader::read_footer;
 use crate::IndexError;
+
+/// Where the bytes go.
+enum Sink {
+    /// A new index: a temporary file renamed over the path by `finish`.
+    New(AtomicFile),
+    /// An existing index, opened for appending (and locked).
+    Append(BufWriter<File>),
+}
+
+impl Sink {
+    fn out(&mut self) -> &mut dyn Write {
+        match self {
+            Sink::New(f) => f,
+            Sink::Append(f) => f,
+        }
+    }
+}
 
 /// Adds segments to an index file; nothing is visible until [`finish`](Self::finish).
 pub struct IndexWriter {
-    file: BufWriter<File>,
+    sink: Sink,
     /// Where the next byte goes.
     position: u64,
     footer: Footer,
-    /// The file being written.
+    /// The index file.
     path: PathBuf,
-    /// For a new index, where `finish` moves the file.
-    rename_to: Option<PathBuf>,
+    /// Segments added by this writer.
+    added: usize,
 }
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
+pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
     move |e| IndexError::Io(format!("{}: {e}", path.display()))
 }
 
+impl From<bertflow_durable::DurableError> for IndexError {
+    fn from(e: bertflow_durable::DurableError) -> Self {
+        IndexError::Io(e.to_string())
+    }
+}
+
 impl IndexWriter {
-    /// Start a new index at `path` (replaced by `finish`, not before).
+    /// Start a new index at `path` (replaced by `finish`, not before; an
+    /// error or a drop before then leaves what was at `path`).
     pub fn create(path: &Path, identity: Identity) -> Result<Self, IndexError> {
         if identity.dimension == 0 {
             return Err(IndexError::Invalid(
                 "the dimension must be at least 1".into(),
             ));
         }
-        let mut name = path.file_name().unwrap_or_default().to_os_string();
-        name.push(".partial");
-        let tmp = path.with_file_name(name);
-        let file = File::create(&tmp).map_err(io(&tmp))?;
-        let mut file = BufWriter::with_capacity(1 << 20, file);
-        file.write_all(MAGIC).map_err(io(&tmp))?;
+        let mut file = AtomicFile::create(path)?;
+        file.write_all(MAGIC).map_err(io(path))?;
         Ok(Self {
-            file,
+            sink: Sink::New(file),
             position: MAGIC.len() as u64,
             footer: Footer {
                 format_version: FORMAT_VERSION,
@@ -51,49 +73,48 @@ impl IndexWriter {
                 count: 0,
                 segments: Vec::new(),
             },
-            path: tmp,
-            rename_to: Some(path.to_path_buf()),
+            path: path.to_path_buf(),
+            added: 0,
         })
     }
 
     /// Open the existing index at `path` to add segments, after checking that
-    /// it was made with `identity`. The segments already there are kept as
-    /// they are (their checksums are verified first); `finish` writes the new
-    /// footer. An append interrupted before `finish` leaves a file that is
-    /// refused as corrupt.
+    /// it was made with `identity` and every checksum. The file is locked
+    /// against other writers until the writer is dropped. The state it holds
+    /// is never changed: new segments go after it, and `finish` publishes
+    /// them (a crash before leaves the old state, which readers find). The
+    /// bytes of an earlier interrupted append are cut off first.
     pub fn append(path: &Path, identity: &Identity) -> Result<Self, IndexError> {
-        let index = crate::Index::open(path, true)?;
-        index.identity().check_matches(identity)?;
-        // The new segments go where the footer was.
-        let footer = index.footer().clone();
-        let end = footer
-            .segments
-            .last()
-            .map(|s| s.offset + s.len(footer.identity.dimension).unwrap_or(0))
-            .unwrap_or(MAGIC.len() as u64);
-        drop(index);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(io(path))?;
-        // Re-read the footer from the handle we write through.
-        let (_, check, _) = read_footer(&file, path)?;
-        if check != footer {
-            return Err(IndexError::Io(format!(
-                "{} changed while it was being opened",
+        file.try_lock().map_err(|e| match e {
+            std::fs::TryLockError::WouldBlock => IndexError::Io(format!(
+                "{}: another `index add` (or `index ann`) is writing this index",
                 path.display()
-            )));
+            )),
+            std::fs::TryLockError::Error(e) => io(path)(e),
+        })?;
+        let index = crate::Index::open_file(&file, path, true)?;
+        index.identity().check_matches(identity)?;
+        let mut footer = index.footer().clone();
+        let end = index.end();
+        drop(index);
+        if file.metadata().map_err(io(path))?.len() > end {
+            file.set_len(end).map_err(io(path))?;
+            file.sync_all().map_err(io(path))?;
         }
-        file.set_len(end).map_err(io(path))?;
+        footer.format_version = FORMAT_VERSION;
         let mut file = BufWriter::with_capacity(1 << 20, file);
         file.seek(SeekFrom::Start(end)).map_err(io(path))?;
         Ok(Self {
-            file,
+            sink: Sink::Append(file),
             position: end,
             footer,
             path: path.to_path_buf(),
-            rename_to: None,
+            added: 0,
         })
     }
 
@@ -121,9 +142,8 @@ impl IndexWriter {
                 "a vector has a NaN or infinite component".into(),
             ));
         }
-        let path = self.path.clone();
         let start = align_up(self.position);
-        self.write(&vec![0u8; (start - self.position) as usize], &path)?;
+        self.write(&vec![0u8; (start - self.position) as usize])?;
         let mut crc = crc32fast::Hasher::new();
         let mut unit = Vec::with_capacity(dimension);
         let mut bytes = Vec::with_capacity(dimension * 4);
@@ -133,7 +153,7 @@ impl IndexWriter {
             bytes.clear();
             bytes.extend(unit.iter().flat_map(|x| x.to_le_bytes()));
             crc.update(&bytes);
-            self.write(&bytes, &path)?;
+            self.write(&bytes)?;
         }
         let mut offset = 0u64;
         let mut offsets = Vec::with_capacity((texts.len() + 1) * 8);
@@ -143,10 +163,10 @@ impl IndexWriter {
             offsets.extend(offset.to_le_bytes());
         }
         crc.update(&offsets);
-        self.write(&offsets, &path)?;
+        self.write(&offsets)?;
         for text in texts {
             crc.update(text.as_bytes());
-            self.write(text.as_bytes(), &path)?;
+            self.write(text.as_bytes())?;
         }
         self.footer.segments.push(SegmentMeta {
             offset: start,
@@ -155,34 +175,56 @@ impl IndexWriter {
             crc32: crc.finalize(),
         });
         self.footer.count += texts.len() as u64;
+        self.added += 1;
+        if crash_armed("index:segment-written") {
+            self.flush()?;
+            crash_point("index:segment-written");
+        }
         Ok(())
     }
 
-    fn write(&mut self, bytes: &[u8], path: &Path) -> Result<(), IndexError> {
-        self.file.write_all(bytes).map_err(io(path))?;
+    fn write(&mut self, bytes: &[u8]) -> Result<(), IndexError> {
+        self.sink.out().write_all(bytes).map_err(io(&self.path))?;
         self.position += bytes.len() as u64;
         Ok(())
     }
 
-    /// Write the footer, flush to disk and (for a new index) move the file into
-    /// place. Returns the number of sentences in the index.
+    fn flush(&mut self) -> Result<(), IndexError> {
+        self.sink.out().flush().map_err(io(&self.path))
+    }
+
+    /// Write the footer and trailer and make them durable: a new index is
+    /// renamed into place; an append is fsynced with its footer before the
+    /// trailer that publishes it is written (and fsynced). Returns the number
+    /// of sentences in the index. An append that added nothing writes nothing.
     pub fn finish(mut self) -> Result<u64, IndexError> {
-        let path = self.path.clone();
+        if matches!(self.sink, Sink::Append(_)) && self.added == 0 {
+            return Ok(self.footer.count);
+        }
         let json = serde_json::to_vec(&self.footer)
             .map_err(|e| IndexError::Invalid(format!("cannot encode the footer: {e}")))?;
         let crc = crc32fast::hash(&json);
-        self.write(&json, &path)?;
-        self.write(&(json.len() as u64).to_le_bytes(), &path)?;
-        self.write(&crc.to_le_bytes(), &path)?;
-        self.write(MAGIC, &path)?;
-        let file = self
-            .file
-            .into_inner()
-            .map_err(|e| IndexError::Io(format!("{}: {}", path.display(), e.error())))?;
-        file.sync_all().map_err(io(&path))?;
-        drop(file);
-        if let Some(target) = &self.rename_to {
-            std::fs::rename(&self.path, target).map_err(io(target))?;
+        self.write(&json)?;
+        let mut trailer = Vec::with_capacity(20);
+        trailer.extend((json.len() as u64).to_le_bytes());
+        trailer.extend(crc.to_le_bytes());
+        trailer.extend(MAGIC);
+        let path = self.path.clone();
+        match self.sink {
+            Sink::New(mut file) => {
+                file.write_all(&trailer).map_err(io(&path))?;
+                file.commit()?;
+            }
+            Sink::Append(file) => {
+                let mut file = file
+                    .into_inner()
+                    .map_err(|e| IndexError::Io(format!("{}: {}", path.display(), e.error())))?;
+                file.sync_all().map_err(io(&path))?;
+                crash_point("index:footer-synced");
+                file.write_all(&trailer).map_err(io(&path))?;
+                crash_point("index:trailer-written");
+                file.sync_all().map_err(io(&path))?;
+            }
         }
         Ok(self.footer.count)
     }

@@ -89,9 +89,15 @@ fn hnsw_recall_round_trip_and_checks() {
     assert!(Ann::load(Arc::clone(&index), &path).unwrap().is_none());
     ann.save(&path).unwrap();
     let files = AnnFiles::of(&path);
-    assert!(files.exist() && files.graph.exists() && files.data.exists());
-    // Saving again replaces the files (hnsw_rs itself never overwrites).
+    let (graph, data) = files.current().unwrap();
+    assert!(files.exist() && graph.exists() && data.exists());
+    // Saving again replaces the files (hnsw_rs itself never overwrites): a new
+    // generation, and the old one is removed once the metadata names the new.
     ann.save(&path).unwrap();
+    let (old_graph, old_data) = (graph, data);
+    let (graph, data) = files.current().unwrap();
+    assert!(graph != old_graph && graph.exists() && data.exists());
+    assert!(!old_graph.exists() && !old_data.exists());
     let loaded = Ann::load(Arc::clone(&index), &path).unwrap().unwrap();
     assert_eq!(loaded.len(), 3000);
     assert_eq!(loaded.params(), params);
@@ -103,27 +109,25 @@ fn hnsw_recall_round_trip_and_checks() {
     }
 
     // A damaged graph file is refused before hnsw_rs reads it.
-    let good = std::fs::read(&files.graph).unwrap();
+    let good = std::fs::read(&graph).unwrap();
     let mut bad = good.clone();
     let at = bad.len() / 2;
     bad[at] ^= 1;
-    std::fs::write(&files.graph, &bad).unwrap();
+    std::fs::write(&graph, &bad).unwrap();
     assert!(matches!(
         Ann::load(Arc::clone(&index), &path),
         Err(IndexError::Corrupt(_))
     ));
-    std::fs::write(&files.graph, &good).unwrap();
+    std::fs::write(&graph, &good).unwrap();
 
     // The graph of another index is refused.
     let other = dir.path().join("other.idx");
     write(&other, &clustered(3000, d, 2), d);
-    for ext in ["json", "graph", "data"] {
-        std::fs::copy(
-            dir.path().join(format!("c.idx.hnsw.{ext}")),
-            dir.path().join(format!("other.idx.hnsw.{ext}")),
-        )
-        .unwrap();
-    }
+    let other_files = AnnFiles::of(&other);
+    std::fs::copy(&files.meta, &other_files.meta).unwrap();
+    let (other_graph, other_data) = other_files.current().unwrap();
+    std::fs::copy(&graph, other_graph).unwrap();
+    std::fs::copy(&data, other_data).unwrap();
     let other_index = Arc::new(Index::open(&other, true).unwrap());
     let err = Ann::load(other_index, &other).err().unwrap();
     assert!(

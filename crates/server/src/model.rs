@@ -204,7 +204,8 @@ impl MappedIndex {
             .identity()
             .check_matches(wanted)
             .map_err(|e| format!("refusing the index {}: {e}", path.display()))?;
-        let notes = index.identity().notes(wanted);
+        let mut notes = index.identity().notes(wanted);
+        notes.extend(index.recovered());
         let index = Arc::new(index);
         let ann = if options.ann {
             // The metadata is checked now (a missing, foreign or stale graph stops the

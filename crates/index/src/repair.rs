@@ -1,0 +1,187 @@
+//! `bertflow index verify --repair`: bring a damaged index file back to its
+//! last complete state.
+//!
+//! Two kinds of damage are repaired:
+//!
+//! * the bytes of an interrupted `index add` after the last complete state
+//!   (this version's appends leave the state before them intact): they are
+//!   cut off;
+//! * an index left without any footer by an interrupted `index add` of
+//!   bertflow 0.1, which cut the old footer off before writing: the complete
+//!   segments are found again from their shape (rows of unit or zero vectors
+//!   of the index's dimension, then text offsets from 0 upwards that cover
+//!   UTF-8 texts) and a footer is written for them with the identity the
+//!   caller gives (the settings the index was built with). The partial
+//!   segment at the end is dropped.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use crate::format::{align_up, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC};
+use crate::locate::corrupt;
+use crate::writer::io;
+use crate::{Index, IndexError};
+
+/// What [`repair`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repaired {
+    /// Nothing to repair.
+    Clean { sentences: u64 },
+    /// The bytes of an interrupted append were cut off.
+    Truncated { sentences: u64, bytes: u64 },
+    /// The footer was rebuilt for the complete segments found.
+    Rebuilt {
+        sentences: u64,
+        segments: usize,
+        bytes: u64,
+    },
+}
+
+/// Repair the index at `path` (see the module docs). `identity` is needed
+/// only when no footer survives; without it that case is an error that says
+/// what to pass.
+pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, IndexError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io(path))?;
+    file.try_lock().map_err(|_| {
+        IndexError::Io(format!(
+            "{}: another process is writing this index",
+            path.display()
+        ))
+    })?;
+    let len = file.metadata().map_err(io(path))?.len();
+    let opened = Index::open_file(&file, path, true);
+    match opened {
+        Ok(index) => {
+            let (sentences, end) = (index.len() as u64, index.end());
+            drop(index);
+            if end == len {
+                return Ok(Repaired::Clean { sentences });
+            }
+            file.set_len(end).map_err(io(path))?;
+            file.sync_all().map_err(io(path))?;
+            Ok(Repaired::Truncated {
+                sentences,
+                bytes: len - end,
+            })
+        }
+        Err(IndexError::Corrupt(reason)) => {
+            let Some(identity) = identity else {
+                return Err(IndexError::Corrupt(format!(
+                    "{reason}; to rebuild the footer, repair with the settings the index was built with (model, pooling, calibrator)"
+                )));
+            };
+            // SAFETY: read-only map, dropped before the file is changed.
+            let map = unsafe { Mmap::map(&file) }.map_err(io(path))?;
+            if map.len() < MAGIC.len() || &map[..MAGIC.len()] != MAGIC {
+                return Err(corrupt(path, "not a bertflow index (bad magic)"));
+            }
+            let (segments, end) = find_segments(&map, identity.dimension);
+            drop(map);
+            let footer = Footer {
+                format_version: FORMAT_VERSION,
+                identity: identity.clone(),
+                count: segments.iter().map(|s| s.count).sum(),
+                segments,
+            };
+            let json = serde_json::to_vec(&footer)
+                .map_err(|e| IndexError::Invalid(format!("cannot encode the footer: {e}")))?;
+            let mut tail = json.clone();
+            tail.extend((json.len() as u64).to_le_bytes());
+            tail.extend(crc32fast::hash(&json).to_le_bytes());
+            tail.extend(MAGIC);
+            file.set_len(end).map_err(io(path))?;
+            let mut f = &file;
+            std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(end)).map_err(io(path))?;
+            f.write_all(&tail).map_err(io(path))?;
+            file.sync_all().map_err(io(path))?;
+            Index::open_file(&file, path, true)?;
+            Ok(Repaired::Rebuilt {
+                sentences: footer.count,
+                segments: footer.segments.len(),
+                bytes: len - end,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A row of a segment's vectors: unit length or all zero.
+fn unit_or_zero(row: &[u8]) -> bool {
+    let mut sum = 0f64;
+    let mut zero = true;
+    for b in row.chunks_exact(4) {
+        let x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if !x.is_finite() {
+            return false;
+        }
+        zero &= x.to_bits() == 0;
+        sum += f64::from(x) * f64::from(x);
+    }
+    zero || (sum - 1.0).abs() < 1e-4
+}
+
+/// The segment of `count` rows at `at`, if its offsets and texts are complete
+/// and consistent.
+fn segment_at(map: &[u8], at: usize, count: usize, dimension: usize) -> Option<SegmentMeta> {
+    let offsets_at = at + count * dimension * 4;
+    let texts_at = offsets_at + (count + 1) * 8;
+    let offset = |k: usize| {
+        let p = offsets_at + k * 8;
+        map.get(p..p + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+    };
+    if offset(0)? != 0 {
+        return None;
+    }
+    let mut previous = 0u64;
+    for k in 1..=count {
+        let next = offset(k)?;
+        if next < previous {
+            return None;
+        }
+        let text = map.get(texts_at + previous as usize..texts_at + next as usize)?;
+        std::str::from_utf8(text).ok()?;
+        previous = next;
+    }
+    let end = texts_at + previous as usize;
+    Some(SegmentMeta {
+        offset: at as u64,
+        count: count as u64,
+        text_bytes: previous,
+        crc32: crc32fast::hash(&map[at..end]),
+    })
+}
+
+/// The complete segments of a footerless file, in order, and where the last
+/// one ends.
+fn find_segments(map: &[u8], dimension: usize) -> (Vec<SegmentMeta>, u64) {
+    let row = dimension * 4;
+    let mut segments: Vec<SegmentMeta> = Vec::new();
+    let mut end = MAGIC.len();
+    loop {
+        let at = align_up(end as u64) as usize;
+        if at > map.len() || map[end..at].iter().any(|&b| b != 0) {
+            break;
+        }
+        let mut rows = 0;
+        while at + (rows + 1) * row <= map.len() && unit_or_zero(&map[at + rows * row..][..row]) {
+            rows += 1;
+        }
+        // The first offset (0) can look like the start of a zero row: try a
+        // few counts below the longest run too.
+        let found = (rows.saturating_sub(3).max(1)..=rows)
+            .rev()
+            .find_map(|count| segment_at(map, at, count, dimension));
+        let Some(segment) = found else { break };
+        end = (segment.offset + segment.len(dimension).unwrap_or(0)) as usize;
+        segments.push(segment);
+    }
+    (segments, end as u64)
+}
