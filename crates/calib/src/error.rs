@@ -70,6 +70,10 @@ pub enum CalibError {
     #[error("numerical failure: {0}")]
     Numerical(String),
 
+    /// A calibrator file could not be written (the old one, if any, is intact).
+    #[error(transparent)]
+    Write(#[from] bertflow_durable::DurableError),
+
     /// Reading or writing a file failed.
     #[error("{action} {path}: {source}")]
     Io {

@@ -437,23 +437,11 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
     Ok((fitted, meta))
 }
 
-/// Writes a calibrator file (via a temporary file renamed into place).
+/// Writes a calibrator file atomically (temporary file, fsync, rename): a
+/// failure leaves a file already at `path` as it was.
 pub fn save(fitted: &Fitted, path: impl AsRef<Path>, meta: &CalibratorMeta) -> Result<()> {
-    let path = path.as_ref();
     let bytes = to_bytes(fitted, meta)?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let io = |source| CalibError::Io {
-        action: "writing",
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::write(&tmp, &bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    Ok(bertflow_durable::write(path.as_ref(), bytes)?)
 }
 
 /// Reads a calibrator file written by [`save`].

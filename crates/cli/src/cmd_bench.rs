@@ -200,8 +200,7 @@ fn run_flow(a: FlowBenchArgs) -> Result<()> {
                 );
                 }
                 if let Some(p) = &a.save_npy {
-                    std::fs::write(p, bertflow_core::io::npy_bytes(x))
-                        .map_err(bertflow_core::CoreError::io("write", p))?;
+                    bertflow_core::write_file(p, bertflow_core::io::npy_bytes(x))?;
                     if text {
                         println!("wrote {}", p.display());
                     }

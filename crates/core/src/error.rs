@@ -30,6 +30,9 @@ pub enum CoreError {
     #[cfg(feature = "index")]
     #[error(transparent)]
     Index(#[from] bertflow_index::IndexError),
+    /// An output file could not be written (the old one, if any, is intact).
+    #[error(transparent)]
+    Write(#[from] bertflow_durable::DurableError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
     #[error(transparent)]

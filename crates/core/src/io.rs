@@ -3,7 +3,6 @@ use crate::bail;
 use crate::error::{Context, CoreError, Result};
 use ndarray::Array2;
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
 
 /// What to do with empty (or whitespace-only) input lines.
@@ -134,9 +133,7 @@ pub fn write_embeddings(
             path.display()
         ),
     };
-    let mut f = std::fs::File::create(path).map_err(CoreError::io("create", path))?;
-    f.write_all(&bytes).map_err(CoreError::io("write", path))?;
-    Ok(())
+    Ok(bertflow_durable::write(path, bytes)?)
 }
 
 /// A NumPy .npy (format 1.0) of little-endian float32, C order.

@@ -33,10 +33,19 @@ pub mod progress;
 pub mod report;
 pub mod weighting;
 
+pub use bertflow_durable as durable;
+pub use bertflow_durable::DurableError;
 pub use calibration::{model_identity, LoadedCalibrator};
 pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};
 pub use error::{Context, CoreError, Result};
 pub use progress::{Bar, Progress, SharedProgress, Silent};
+
+/// Write `bytes` to `path` atomically (temporary file, fsync, rename): every
+/// output file of bertflow goes through this or [`bertflow_durable::AtomicFile`],
+/// so a failure leaves a file already at `path` as it was.
+pub fn write_file(path: &std::path::Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    Ok(bertflow_durable::write(path, bytes)?)
+}
 
 /// Splits a comma-separated list of calibrator specs, where the options of a spec
 /// may follow it with commas too: `none,flow:levels=2,steps=2,whiten` is none, the

@@ -9,7 +9,7 @@ use crate::error::{CoreError, Result};
 use ndarray::{Array2, ArrayView2};
 use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// Element type of a matrix file.
@@ -357,7 +357,7 @@ fn safetensors_header(file: &mut File, path: &Path) -> Result<(usize, usize, Dty
 /// Writes a float32 `.npy` file row chunk by row chunk; the shape is known up front.
 pub struct NpyWriter {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: bertflow_durable::AtomicFile,
     rows: usize,
     cols: usize,
     written: usize,
@@ -380,10 +380,9 @@ pub fn npy_header_bytes(rows: usize, cols: usize) -> Vec<u8> {
 
 impl NpyWriter {
     pub fn create(path: &Path, rows: usize, cols: usize) -> Result<Self> {
-        let file = File::create(path).map_err(CoreError::io("create", path))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let mut out = bertflow_durable::AtomicFile::create(path)?;
         out.write_all(&npy_header_bytes(rows, cols))
-            .map_err(CoreError::io("write", path))?;
+            .map_err(bertflow_durable::write_error(path))?;
         Ok(Self {
             path: path.to_path_buf(),
             out,
@@ -411,13 +410,14 @@ impl NpyWriter {
         }
         self.out
             .write_all(&bytes)
-            .map_err(CoreError::io("write", &self.path))?;
+            .map_err(bertflow_durable::write_error(&self.path))?;
         self.written += m.nrows();
         Ok(())
     }
 
-    /// Flushes; errors if fewer rows were written than announced.
-    pub fn finish(mut self) -> Result<()> {
+    /// Moves the file into place (atomically, fsynced); errors if fewer rows
+    /// were written than announced. Dropped without `finish`, nothing is written.
+    pub fn finish(self) -> Result<()> {
         if self.written != self.rows {
             bail!(
                 "internal: {} of {} rows written to {}",
@@ -426,9 +426,6 @@ impl NpyWriter {
                 self.path.display()
             );
         }
-        self.out
-            .flush()
-            .map_err(CoreError::io("write", &self.path))?;
-        Ok(())
+        Ok(self.out.commit()?)
     }
 }

@@ -297,17 +297,16 @@ pub fn write_report(embedder: &Embedder, a: &ReportOptions) -> Result<ReportFile
     let pb = progress.bar(report.figures.len() as u64 + 1, "rendering", "figures");
     let html = render_html(&report);
     pb.inc(1);
-    std::fs::write(&a.output, html).map_err(CoreError::io("write", &a.output))?;
+    bertflow_durable::write(&a.output, html)?;
     std::fs::create_dir_all(&fig_dir).map_err(CoreError::io("create", &fig_dir))?;
     let images = report_images(&report)?;
     for (name, bytes) in &images {
         let p = fig_dir.join(name);
-        std::fs::write(&p, bytes).map_err(CoreError::io("write", &p))?;
+        bertflow_durable::write(&p, bytes)?;
         pb.inc(1);
     }
     pb.finish();
-    std::fs::write(&md_path, render_markdown(&report, &fig_dir_name))
-        .map_err(CoreError::io("write", &md_path))?;
+    bertflow_durable::write(&md_path, render_markdown(&report, &fig_dir_name))?;
     Ok(ReportFiles {
         html: a.output.clone(),
         markdown: md_path,

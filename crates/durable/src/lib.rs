@@ -246,3 +246,47 @@ where
 pub fn write_error(path: &Path) -> impl FnOnce(io::Error) -> DurableError + '_ {
     DurableError::new("write", path)
 }
+
+pub mod testing {
+    //! Helpers for tests of code that writes files.
+
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    /// A tmpfs of a given size mounted on a new temporary directory (a real
+    /// full disk), unmounted on drop.
+    pub struct Tmpfs(tempfile::TempDir);
+
+    impl Tmpfs {
+        /// Mount one of `size` (as `mount -o size=`, e.g. `64k`); `None`, with
+        /// a message on stderr, where this process may not mount (not root, or
+        /// no `mount`), so the caller falls back to [`FAIL_ENV`](crate::FAIL_ENV).
+        pub fn mount(size: &str) -> Option<Self> {
+            let dir = tempfile::tempdir().ok()?;
+            let mounted = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !mounted {
+                eprintln!(
+                    "cannot mount a tmpfs here (needs root): the real full-disk check is skipped; the injected ENOSPC covers the same path"
+                );
+                return None;
+            }
+            Some(Self(dir))
+        }
+
+        /// Where it is mounted.
+        pub fn path(&self) -> &Path {
+            self.0.path()
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0.path()).status();
+        }
+    }
+}

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
+use bertflow_durable::testing::Tmpfs;
 use bertflow_durable::{write, AtomicFile, CRASH_ENV, FAIL_ENV};
 
 /// Files in `dir` other than `keep`: temporary leftovers.
@@ -162,47 +163,20 @@ fn an_injected_full_disk_keeps_the_old_file() {
     );
 }
 
-/// A tmpfs of `size` mounted on a new directory, unmounted on drop; `None`
-/// (with a message) where the machine does not let this process mount one.
-pub struct Tmpfs(tempfile::TempDir);
-
-impl Tmpfs {
-    pub fn mount(size: &str) -> Option<Self> {
-        let dir = tempfile::tempdir().ok()?;
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("skipped: cannot mount a tmpfs here (needs root); the injected ENOSPC test covers the same path");
-            return None;
-        }
-        Some(Self(dir))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0.path()).status();
-    }
-}
-
 #[test]
 fn a_real_full_disk_keeps_the_old_file() {
     let Some(fs) = Tmpfs::mount("1m") else {
         return;
     };
-    let p = fs.0.path().join("target.bin");
+    let p = fs.path().join("target.bin");
     std::fs::write(&p, b"old").unwrap();
-    let out = child("child_replace", &[], fs.0.path());
+    let out = child("child_replace", &[], fs.path());
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let msg = String::from_utf8_lossy(&out.stderr);
     assert!(msg.contains("the disk is full"), "{msg}");
     assert_eq!(std::fs::read(&p).unwrap(), b"old");
     assert!(
-        others(fs.0.path(), "target.bin").is_empty(),
+        others(fs.path(), "target.bin").is_empty(),
         "no temporary file left"
     );
 }

@@ -315,7 +315,7 @@ impl TokenCounts {
                 out.push_str(&format!("{t}\t{}\n", self.counts[i]));
             }
         }
-        std::fs::write(path, out).map_err(io_err(path))
+        bertflow_durable::write(path, out).map_err(|e| io_err(path)(e.source))
     }
 }
 

@@ -129,7 +129,7 @@ pub fn write_plots(
         let svg = render_svg(&f.figure, f.width, f.height)?;
         for (ext, bytes) in [("png", png.as_slice()), ("svg", svg.as_bytes())] {
             let p = dir.join(format!("{}.{ext}", f.id));
-            std::fs::write(&p, bytes).map_err(CoreError::io("write", &p))?;
+            bertflow_durable::write(&p, bytes)?;
             paths.push(p);
         }
         pb.inc(1);

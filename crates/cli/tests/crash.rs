@@ -1,0 +1,246 @@
+//! Nothing lost on a crash or a full disk, through the binary: `index add`
+//! killed (SIGKILL) at moments spread over its run, or aborted at each named
+//! crash point, leaves an index with the old or the new sentences, every
+//! checksum verified; `index verify --repair` removes what an interrupted
+//! append left; `encode` and `index build` on a full disk fail with a clear
+//! error, leave no partial file and keep the file already at the path.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use bertflow_core::durable::testing::Tmpfs;
+use bertflow_core::durable::{CRASH_ENV, FAIL_ENV};
+use common::{bertflow, fails, model, ok};
+
+/// A corpus of `n` distinct sentences numbered from `from`.
+fn corpus(dir: &Path, name: &str, n: usize, from: usize) -> PathBuf {
+    let text: String = (from..from + n)
+        .map(|i| {
+            format!(
+                "Sentence {i} is about topic {} and colour {}.\n",
+                i % 7,
+                i % 5
+            )
+        })
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Sentences in the index, from `index verify` (every checksum checked).
+fn verified_count(index: &Path, cache: &Path) -> usize {
+    let out = ok(&bertflow(
+        &["index", "verify", "--index", index.to_str().unwrap()],
+        cache,
+    ));
+    assert!(out.contains("every checksum matches"), "{out}");
+    let n = out.split('(').nth(1).unwrap().split(' ').next().unwrap();
+    n.parse().unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let idx = dir.path().join("c.idx");
+    let first = corpus(dir.path(), "first.txt", 200, 0);
+    let more = corpus(dir.path(), "more.txt", 1200, 200);
+    ok(&bertflow(
+        &[
+            "index",
+            "build",
+            "--corpus",
+            s(&first),
+            "--output",
+            s(&idx),
+            "--no-cache",
+        ],
+        &cache,
+    ));
+    assert_eq!(verified_count(&idx, &cache), 200);
+    let add = [
+        "index",
+        "add",
+        "--corpus",
+        s(&more),
+        "--index",
+        s(&idx),
+        "--chunk",
+        "100",
+        "--no-cache",
+    ];
+
+    // Named crash points: mid-append, footer durable but not published, published.
+    for (point, want) in [
+        ("index:segment-written", 200),
+        ("index:footer-synced", 200),
+        ("index:trailer-written", 1400),
+    ] {
+        std::fs::copy(dir.path().join("c.idx"), dir.path().join("before.idx")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_bertflow"))
+            .args(add)
+            .env("BERTFLOW_MODEL", model())
+            .env(CRASH_ENV, point)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{point}: did not crash");
+        assert_eq!(verified_count(&idx, &cache), want, "{point}");
+        std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
+    }
+
+    // SIGKILL at moments spread over the run (model loading, embedding, writing).
+    let started = Instant::now();
+    let full = ok(&bertflow(&add, &cache));
+    let run = started.elapsed();
+    assert!(full.contains("1400 in all"), "{full}");
+    std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
+    for fraction in [0.1, 0.3, 0.5, 0.7, 0.9] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bertflow"))
+            .args(add)
+            .env("BERTFLOW_MODEL", model())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(run.mul_f64(fraction));
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        let n = verified_count(&idx, &cache);
+        assert!(n == 200 || n == 1400, "killed at {fraction}: {n} sentences");
+        if status.success() {
+            assert_eq!(n, 1400);
+        }
+        std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
+    }
+
+    // A torn append: reported, repaired, and the next add works.
+    let out = Command::new(env!("CARGO_BIN_EXE_bertflow"))
+        .args(add)
+        .env("BERTFLOW_MODEL", model())
+        .env(CRASH_ENV, "index:footer-synced")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let info = bertflow(&["index", "info", "--index", s(&idx)], &cache);
+    assert!(ok(&info).contains("200 sentences"));
+    assert!(
+        String::from_utf8_lossy(&info.stderr).contains("interrupted `index add`"),
+        "{info:?}"
+    );
+    let repaired = ok(&bertflow(
+        &["index", "verify", "--repair", "--index", s(&idx)],
+        &cache,
+    ));
+    assert!(
+        repaired.contains("removed") && repaired.contains("200 sentences"),
+        "{repaired}"
+    );
+    assert_eq!(
+        std::fs::read(&idx).unwrap(),
+        std::fs::read(dir.path().join("before.idx")).unwrap()
+    );
+    assert!(ok(&bertflow(&add, &cache)).contains("1400 in all"));
+    assert_eq!(verified_count(&idx, &cache), 1400);
+}
+
+/// Files in `dir` other than those named.
+fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect()
+}
+
+#[test]
+fn a_full_disk_leaves_nothing_partial_and_the_old_files_intact() {
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let input = corpus(work.path(), "in.txt", 100, 0);
+    // 100 x 384 floats: 150 KiB, more than the disk holds.
+    let tmpfs = Tmpfs::mount("64k");
+    let (dir, inject): (&Path, &[(&str, &str)]) = match &tmpfs {
+        Some(fs) => (fs.path(), &[]),
+        None => (work.path(), &[(FAIL_ENV, "e.npy@4096")]),
+    };
+    let npy = dir.join("e.npy");
+    std::fs::write(&npy, b"old bytes").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bertflow"));
+    cmd.args([
+        "encode",
+        "--input",
+        s(&input),
+        "--output",
+        s(&npy),
+        "--no-cache",
+    ])
+    .env("BERTFLOW_MODEL", model());
+    for (k, v) in inject {
+        cmd.env(k, v);
+    }
+    let err = fails(&cmd.output().unwrap());
+    assert!(
+        err.contains("the disk is full") && err.contains("e.npy"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&npy).unwrap(), b"old bytes");
+    let keep = ["e.npy", "in.txt", "cache"];
+    assert!(
+        leftovers(dir, &keep).is_empty(),
+        "{:?}",
+        leftovers(dir, &keep)
+    );
+
+    if let Some(fs) = &tmpfs {
+        let idx = fs.path().join("c.idx");
+        std::fs::remove_file(&npy).unwrap();
+        std::fs::write(&idx, b"an old index").unwrap();
+        let err = fails(&bertflow(
+            &[
+                "index",
+                "build",
+                "--corpus",
+                s(&input),
+                "--output",
+                s(&idx),
+                "--no-cache",
+            ],
+            &cache,
+        ));
+        assert!(
+            err.contains("the disk is full") && err.contains("c.idx"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&idx).unwrap(), b"an old index");
+        assert!(leftovers(fs.path(), &["c.idx"]).is_empty());
+    }
+}
+
+#[test]
+fn a_vanished_output_directory_is_a_clear_error() {
+    let work = tempfile::tempdir().unwrap();
+    let input = corpus(work.path(), "in.txt", 3, 0);
+    let out = work.path().join("no/such/dir/e.npy");
+    let err = fails(&bertflow(
+        &[
+            "encode",
+            "--input",
+            s(&input),
+            "--output",
+            s(&out),
+            "--no-cache",
+        ],
+        &work.path().join("cache"),
+    ));
+    assert!(
+        err.contains("the directory does not exist") && err.contains("e.npy"),
+        "{err}"
+    );
+}
