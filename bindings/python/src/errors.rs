@@ -43,6 +43,7 @@ pub fn calib(e: CalibError) -> PyErr {
 fn calib_kind(e: &CalibError, msg: String) -> PyErr {
     match e {
         CalibError::Io { source, .. } => io_error(source, msg),
+        CalibError::Write(w) => io_error(&w.source, msg),
         CalibError::Format { .. } => CalibratorFileError::new_err(msg),
         CalibError::Diverged { .. } | CalibError::Numerical(_) => PyRuntimeError::new_err(msg),
         CalibError::Spec { .. }
@@ -105,6 +106,7 @@ pub fn core(e: CoreError) -> PyErr {
         CoreError::Calib(inner) => calib_kind(inner, msg),
         CoreError::Data(inner) => data_kind(inner, msg),
         CoreError::Io { source, .. } => io_error(source, msg),
+        CoreError::Write(w) => io_error(&w.source, msg),
         CoreError::Eval(_) | CoreError::Input(_) => PyValueError::new_err(msg),
         _ => PyRuntimeError::new_err(msg),
     };

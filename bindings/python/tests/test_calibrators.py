@@ -205,6 +205,24 @@ def test_not_fitted():
         bertflow.Whitening().save("x.safetensors")
 
 
+def test_a_failed_save_keeps_the_old_file(rng, tmp_path, monkeypatch):
+    # An injected full disk (bertflow-durable's BERTFLOW_FAIL_WRITE) while saving
+    # over an existing calibrator: OSError naming the path, old bytes intact,
+    # no temporary file left behind.
+    p = tmp_path / "w.safetensors"
+    bertflow.Whitening().fit(correlated(rng, 50, 8)).save(p)
+    old = p.read_bytes()
+    monkeypatch.setenv("BERTFLOW_FAIL_WRITE", "w.safetensors@100")
+    with pytest.raises(OSError, match="the disk is full.*old content") as e:
+        bertflow.Whitening().fit(correlated(rng, 60, 8)).save(p)
+    assert "w.safetensors" in str(e.value)
+    assert p.read_bytes() == old
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["w.safetensors"]
+    monkeypatch.delenv("BERTFLOW_FAIL_WRITE")
+    bertflow.Whitening().fit(correlated(rng, 60, 8)).save(p)
+    assert p.read_bytes() != old
+
+
 def test_corrupt_and_truncated_files(rng, tmp_path):
     good = tmp_path / "good.safetensors"
     bertflow.Whitening().fit(correlated(rng, 50, 8)).save(good)
