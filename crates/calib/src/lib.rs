@@ -44,6 +44,7 @@
 #![warn(missing_docs)]
 
 mod advise;
+mod affine;
 mod auto;
 pub mod error;
 mod flow;
@@ -61,6 +62,7 @@ use std::path::Path;
 use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
+pub use affine::Affine;
 pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
 pub use auto::{Auto, AUTO_RULE};
 pub use error::{CalibError, Result};
