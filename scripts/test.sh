@@ -8,16 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
-# Both lock files must be current before the long build starts (the bindings
-# crate is its own workspace with its own Cargo.lock).
+# The lock file must be current before the long build starts.
 cargo metadata --locked --format-version 1 >/dev/null
-(cd bindings/python && cargo metadata --locked --format-version 1 >/dev/null)
-cargo test --workspace --release --locked "$@"
-# The Python tests compare against the release binary. Built with the workspace's
-# feature set (what `cargo test --workspace` just compiled, so this is a no-op
+# The default members: every crate but the Python bindings (built by maturin below).
+cargo test --release --locked "$@"
+# The Python tests compare against the release binary. Built with the default
+# members' feature set (what `cargo test` just compiled, so this is a no-op
 # after a full run): `-p bertflow` alone would unify features differently and
 # recompile tokio, candle and the rest (about 5 minutes on 2 cores).
-cargo build --release --locked --workspace --all-targets
+cargo build --release --locked --all-targets
 scripts/python-env.sh
 scripts/ensure-java.sh  # the bertflow.spark tests run a local Spark session
 set +e
