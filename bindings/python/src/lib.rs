@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 mod calib;
 mod encoder;
 mod errors;
+mod export;
 mod moments;
 mod sts;
 
@@ -23,5 +24,6 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     calib::register(m)?;
     moments::register(m)?;
     sts::register(m)?;
+    export::register(m)?;
     Ok(())
 }

@@ -32,7 +32,7 @@ impl Affine {
 
     /// Apply to the rows of `x` (in f64).
     pub fn apply(&self, x: &Array2<f64>) -> Array2<f64> {
-        x.dot(&self.weight) + &self.bias.view().insert_axis(Axis(0))
+        x.dot(&self.weight) + self.bias.view().insert_axis(Axis(0))
     }
 }
 

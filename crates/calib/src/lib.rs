@@ -62,8 +62,8 @@ use std::path::Path;
 use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
-pub use affine::Affine;
 pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
+pub use affine::Affine;
 pub use auto::{Auto, AUTO_RULE};
 pub use error::{CalibError, Result};
 pub use flow::Flow;

@@ -45,10 +45,7 @@ fn affine_forms_equal_the_transforms() {
         let got = a.apply(&probe.mapv(f64::from));
         let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
         for (g, w) in got.iter().zip(want.iter()) {
-            assert!(
-                (*g as f32 - w).abs() <= 1e-5 * scale,
-                "{spec}: {g} vs {w}"
-            );
+            assert!((*g as f32 - w).abs() <= 1e-5 * scale, "{spec}: {g} vs {w}");
         }
     }
 }

@@ -5,6 +5,7 @@ mod cmd_bench;
 mod cmd_compare;
 mod cmd_encode;
 mod cmd_eval;
+mod cmd_export;
 mod cmd_fit;
 mod cmd_index;
 mod cmd_report;
@@ -62,6 +63,9 @@ enum Command {
     /// Write a self-contained HTML report (and a Markdown twin) with the STS table,
     /// the analyses and figures.
     Report(cmd_report::ReportArgs),
+    /// Write a calibrated model as a sentence-transformers directory
+    /// (SentenceTransformer(dir).encode gives the calibrated vectors, no bertflow needed).
+    Export(cmd_export::ExportArgs),
     /// Serve embeddings, similarity and search over HTTP (OpenAI-compatible).
     Serve(cmd_serve::ServeArgs),
     /// Build, extend, inspect or verify a persistent search index for `serve --index`.
@@ -89,6 +93,7 @@ fn main() {
         Command::Compare(a) => cmd_compare::run(a),
         Command::Analyze(a) => cmd_analyze::run(a),
         Command::Report(a) => cmd_report::run(a),
+        Command::Export(a) => cmd_export::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Index(a) => cmd_index::run(a),
         Command::Bench(a) => cmd_bench::run(a),

@@ -23,6 +23,7 @@ pub mod bench;
 pub mod calibration;
 pub mod embedder;
 pub mod error;
+pub mod export;
 pub mod fitting;
 pub mod grid;
 #[cfg(feature = "index")]

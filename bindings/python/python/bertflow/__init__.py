@@ -44,6 +44,7 @@ from ._calibrators import (  # noqa: E402
 from ._encoder import POOLINGS, Encoder, poolings  # noqa: E402
 from ._moments import MomentStats  # noqa: E402
 from . import sts  # noqa: E402
+from . import st  # noqa: E402
 
 __version__ = _bertflow.__version__
 
@@ -66,5 +67,6 @@ __all__ = [
     "MomentStats",
     "CalibratorFileError",
     "sts",
+    "st",
     "__version__",
 ]

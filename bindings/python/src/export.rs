@@ -1,0 +1,52 @@
+//! `bertflow.st.export`: delegates to `bertflow_core::export`.
+
+use std::path::PathBuf;
+
+use bertflow_core::export::{export_st, ExportConfig};
+use bertflow_core::progress::silent;
+use bertflow_core::EmbedderConfig;
+use bertflow_encoder::Pooling;
+use pyo3::prelude::*;
+
+use crate::errors;
+
+/// Write a sentence-transformers directory; returns (module types, dimension, files).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (model, pooling, output, calibrator=None, normalize=false, max_len=None, allow_mismatch=false))]
+fn export_st_dir(
+    py: Python<'_>,
+    model: String,
+    pooling: &str,
+    output: PathBuf,
+    calibrator: Option<PathBuf>,
+    normalize: bool,
+    max_len: Option<usize>,
+    allow_mismatch: bool,
+) -> PyResult<(Vec<String>, usize, usize)> {
+    let pooling: Pooling = pooling.parse().map_err(errors::encoder)?;
+    let config = EmbedderConfig {
+        model,
+        max_len,
+        no_cache: true,
+        ..Default::default()
+    };
+    let cfg = ExportConfig {
+        pooling,
+        calibrator,
+        allow_mismatch,
+        normalize,
+        output,
+    };
+    let exported = py
+        .detach(|| {
+            let embedder = config.load(silent())?;
+            export_st(&embedder.encoder, &cfg)
+        })
+        .map_err(errors::core)?;
+    Ok((exported.modules, exported.dimension, exported.files))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(export_st_dir, m)?)
+}
