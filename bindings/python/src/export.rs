@@ -10,7 +10,8 @@ use pyo3::prelude::*;
 
 use crate::errors;
 
-/// Write a sentence-transformers directory; returns (module types, dimension, files).
+/// Write a sentence-transformers directory; returns (module types, dimension,
+/// files, whether loading it needs bertflow).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (model, pooling, output, calibrator=None, normalize=false, max_len=None, allow_mismatch=false))]
@@ -23,7 +24,7 @@ fn export_st_dir(
     normalize: bool,
     max_len: Option<usize>,
     allow_mismatch: bool,
-) -> PyResult<(Vec<String>, usize, usize)> {
+) -> PyResult<(Vec<String>, usize, usize, bool)> {
     let pooling: Pooling = pooling.parse().map_err(errors::encoder)?;
     let config = EmbedderConfig {
         model,
@@ -44,9 +45,15 @@ fn export_st_dir(
             export_st(&embedder.encoder, &cfg)
         })
         .map_err(errors::core)?;
-    Ok((exported.modules, exported.dimension, exported.files))
+    Ok((
+        exported.modules,
+        exported.dimension,
+        exported.files,
+        exported.needs_bertflow,
+    ))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(export_st_dir, m)?)
+    m.add_function(wrap_pyfunction!(export_st_dir, m)?)?;
+    m.add("ST_MODULE", bertflow_core::export::BERTFLOW_MODULE)
 }

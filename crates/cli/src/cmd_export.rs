@@ -11,11 +11,15 @@ use std::path::PathBuf;
 pub struct ExportArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Pooling: last-avg (sentence-transformers' mean pooling) or cls.
+    /// Pooling: last-avg (sentence-transformers' mean pooling) and cls need nothing
+    /// else; other poolings (first-last-avg, layers:...) are computed by bertflow's
+    /// module from the hidden states. Not `pooler`.
     #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
     pub pooling: Pooling,
-    /// An affine calibrator file (none, sn, whiten, natsv, sn+natsv, softwhiten or auto
-    /// without blend), exported as a Dense module.
+    /// A calibrator file. An affine one (none, sn, whiten, natsv, sn+natsv, softwhiten or
+    /// auto without blend) becomes a Dense module that loads without bertflow; the flow
+    /// and blends become bertflow's module (bertflow.st.Calibrator), which needs bertflow
+    /// installed where the model is loaded.
     #[arg(long, value_name = "FILE")]
     pub calibrator: Option<PathBuf>,
     /// Allow a calibrator fitted on another model or pooling (never another dimension).
@@ -42,12 +46,17 @@ pub fn run(a: ExportArgs) -> Result<()> {
         },
     )?;
     println!(
-        "wrote {} ({} files; modules: {}; dimension {}): load it with SentenceTransformer({:?})",
+        "wrote {} ({} files; modules: {}; dimension {}): load it with SentenceTransformer({:?}){}",
         a.output.display(),
         exported.files,
         exported.modules.join(", "),
         exported.dimension,
-        a.output.display().to_string()
+        a.output.display().to_string(),
+        if exported.needs_bertflow {
+            " where bertflow is installed (its module applies the calibrator)"
+        } else {
+            ", no bertflow needed"
+        }
     );
     Ok(())
 }

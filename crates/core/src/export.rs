@@ -11,11 +11,16 @@
 //! at all.
 //!
 //! What sentence-transformers' own modules cannot express (the flow, blended
-//! soft whitening, token weighting, multi-layer poolings and the pooler) is
-//! refused with an error that says so.
+//! soft whitening, multi-layer poolings) goes into a module of bertflow's own,
+//! `bertflow.st.Calibrator` (`2_Bertflow`: `config.json` and the calibrator
+//! file), which sentence-transformers loads when bertflow is installed. For a
+//! multi-layer pooling the transformer's `config.json` gains
+//! `output_hidden_states: true` and that module pools from the hidden states.
+//! Token weighting and the `pooler` pooling are refused with an error.
 
 use std::path::{Path, PathBuf};
 
+use bertflow_calib::Calibrator;
 use bertflow_encoder::{Encoder, PoolSource, Pooling};
 use serde_json::json;
 
@@ -46,25 +51,38 @@ pub struct Exported {
     pub dimension: usize,
     /// Files written.
     pub files: usize,
+    /// Whether loading it needs bertflow installed (the `bertflow.st.Calibrator` module).
+    pub needs_bertflow: bool,
 }
+
+/// The type name sentence-transformers imports for bertflow's module.
+pub const BERTFLOW_MODULE: &str = "bertflow.st.Calibrator";
 
 fn unsupported(what: String) -> CoreError {
     CoreError::Input(format!(
-        "{what}: sentence-transformers' own modules cannot express it, so it cannot be exported \
-         (export supports the poolings last-avg and cls with an affine calibrator: none, sn, \
-         whiten, natsv, sn+natsv, softwhiten or auto without blend, and no token weighting)"
+        "{what} cannot be exported to sentence-transformers (every pooling but `pooler` and \
+         every calibrator without token weighting can)"
     ))
 }
 
-/// The `1_Pooling` config for `pooling` over a model of dimension `dim`.
-fn pooling_config(enc: &Encoder, pooling: &Pooling) -> Result<serde_json::Value> {
+/// How the exported pipeline pools: sentence-transformers' `Pooling` module
+/// (its config), or bertflow's module from the hidden states (its `source`).
+enum Pool {
+    St(serde_json::Value),
+    Bertflow(serde_json::Value),
+}
+
+/// The pooling of the export for `pooling` over `enc`.
+fn pool(enc: &Encoder, pooling: &Pooling) -> Result<Pool> {
     let last = enc.num_layers();
     let (cls, mean) = match enc.source(pooling)? {
         PoolSource::Cls(n) if n == last => (true, false),
         PoolSource::Mean(layers) if layers == [last] => (false, true),
-        _ => return Err(unsupported(format!("the pooling {pooling}"))),
+        PoolSource::Cls(n) => return Ok(Pool::Bertflow(json!({ "cls": n }))),
+        PoolSource::Mean(layers) => return Ok(Pool::Bertflow(json!({ "mean": layers }))),
+        PoolSource::Pooler(_) => return Err(unsupported(format!("the pooling {pooling}"))),
     };
-    Ok(json!({
+    Ok(Pool::St(json!({
         "word_embedding_dimension": enc.dim(),
         "pooling_mode_cls_token": cls,
         "pooling_mode_mean_tokens": mean,
@@ -73,7 +91,7 @@ fn pooling_config(enc: &Encoder, pooling: &Pooling) -> Result<serde_json::Value>
         "pooling_mode_weightedmean_tokens": false,
         "pooling_mode_lasttoken": false,
         "include_prompt": true
-    }))
+    })))
 }
 
 /// `2_Dense/model.safetensors` for `z = x W + b`: `linear.weight` (out x in)
@@ -158,7 +176,7 @@ fn staging_dir(target: &Path) -> Result<tempfile::TempDir> {
 
 /// Write the sentence-transformers directory for `enc` (see the module docs).
 pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
-    let pooling = pooling_config(enc, &cfg.pooling)?;
+    let pooling = pool(enc, &cfg.pooling)?;
     let calibrator = cfg
         .calibrator
         .as_deref()
@@ -174,16 +192,18 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
                     c.path.display()
                 )));
             }
-            let affine = c.fitted.affine().ok_or_else(|| {
-                unsupported(format!(
-                    "the calibrator {} ({})",
-                    c.path.display(),
-                    c.describe()
-                ))
-            })?;
-            Some(affine)
+            c.fitted.affine()
         }
     };
+    let calibrator_bytes = match (&calibrator, &dense) {
+        (Some(c), None) => Some(std::fs::read(&c.path).map_err(CoreError::io("read", &c.path))?),
+        _ => None,
+    };
+    let module_source = match &pooling {
+        Pool::St(_) => None,
+        Pool::Bertflow(source) => Some(source.clone()),
+    };
+    let needs_bertflow = calibrator_bytes.is_some() || module_source.is_some();
     let stage = staging_dir(&cfg.output)?;
     let dir = stage.path();
     let write = |rel: &str, bytes: Vec<u8>| -> Result<()> {
@@ -201,16 +221,37 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
-        let bytes = std::fs::read(&src).map_err(CoreError::io("read", &src))?;
+        let mut bytes = std::fs::read(&src).map_err(CoreError::io("read", &src))?;
+        if name == "config.json" && module_source.is_some() {
+            // bertflow's module pools from the hidden states of every layer.
+            let mut config: serde_json::Value = serde_json::from_slice(&bytes)?;
+            config["output_hidden_states"] = json!(true);
+            bytes = to_json(config);
+        }
         write(&name, bytes)?;
         files += 1;
     }
-    let mut modules = vec![
-        ("", "sentence_transformers.models.Transformer"),
-        ("1_Pooling", "sentence_transformers.models.Pooling"),
-    ];
-    write("1_Pooling/config.json", to_json(pooling))?;
+    let mut modules = vec![("", "sentence_transformers.models.Transformer")];
+    if let Pool::St(config) = pooling {
+        write("1_Pooling/config.json", to_json(config))?;
+        modules.push(("1_Pooling", "sentence_transformers.models.Pooling"));
+        files += 1;
+    }
     let mut dimension = enc.dim();
+    if needs_bertflow {
+        let file = calibrator_bytes.as_ref().map(|_| "calibrator.safetensors");
+        write(
+            "2_Bertflow/config.json",
+            to_json(json!({ "source": module_source, "calibrator": file })),
+        )?;
+        if let (Some(bytes), Some(c)) = (calibrator_bytes, &calibrator) {
+            write("2_Bertflow/calibrator.safetensors", bytes)?;
+            dimension = c.fitted.output_dim();
+            files += 1;
+        }
+        modules.push(("2_Bertflow", BERTFLOW_MODULE));
+        files += 1;
+    }
     if let Some(affine) = &dense {
         let (din, dout) = affine.weight.dim();
         write(
@@ -251,7 +292,7 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
             "similarity_fn_name": "cosine"
         })),
     )?;
-    files += 4;
+    files += 3;
     let stage = stage.keep();
     if cfg.output.exists() {
         std::fs::remove_dir(&cfg.output).map_err(CoreError::io("replace", &cfg.output))?;
@@ -262,5 +303,6 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
         modules: modules.iter().map(|(_, kind)| kind.to_string()).collect(),
         dimension,
         files,
+        needs_bertflow,
     })
 }

@@ -1,28 +1,42 @@
 """Calibrated models for sentence-transformers.
 
 :func:`export` writes a model directory that ``SentenceTransformer(dir)``
-loads with no bertflow installed: the transformer's files, a ``Pooling``
-module (``last-avg`` is sentence-transformers' mean pooling, ``cls`` its CLS
-pooling), the calibrator as a ``Dense`` module with the identity activation
-(weight ``W^T``, bias ``-mean W``: every affine calibrator, i.e. ``none``,
-``sn``, ``whiten``, ``natsv``, ``sn+natsv``, and ``softwhiten`` or ``auto``
-without blend), and ``Normalize`` when asked::
+loads. An affine calibrator (``none``, ``sn``, ``whiten``, ``natsv``,
+``sn+natsv``, and ``softwhiten`` or ``auto`` without blend) becomes a
+``Dense`` module with the identity activation (weight ``W^T``, bias
+``-mean W``), so the directory loads with no bertflow installed::
 
     import bertflow
-    w = bertflow.Encoder(pooling="last-avg")
-    cal = bertflow.Whitening().fit(w.encode(sentences))
+    enc = bertflow.Encoder(pooling="last-avg")
+    cal = bertflow.Whitening().fit(enc.encode(sentences), source=enc)
     bertflow.st.export("minilm-whitened", calibrator=cal)
-    # anywhere, without bertflow:
-    SentenceTransformer("minilm-whitened").encode(texts)   # == cal.transform(w.encode(texts))
+    # anywhere, bertflow not needed:
+    SentenceTransformer("minilm-whitened").encode(texts)   # == cal.transform(enc.encode(texts))
+
+What is not affine (the flow, blends) and the poolings sentence-transformers'
+``Pooling`` cannot express (``first-last-avg``, ``layers:...``, ``cls`` of an
+earlier layer) go into :class:`Calibrator`, a module of bertflow's own that
+sentence-transformers imports from ``modules.json`` (type
+``bertflow.st.Calibrator``) where bertflow is installed. :func:`calibrate`
+appends one to any ``SentenceTransformer``; ``model.save(dir)`` and
+``SentenceTransformer(dir)`` round-trip it.
+
+Token weighting and the ``pooler`` pooling are not exported.
 """
 
+import json
 import os
 import tempfile
+
+import numpy as np
 
 from . import _bertflow
 from ._encoder import DEFAULT_MODEL
 
-__all__ = ["export"]
+__all__ = ["export", "calibrate", "Calibrator"]
+
+_CONFIG = "config.json"
+_FILE = "calibrator.safetensors"
 
 
 def export(
@@ -36,17 +50,21 @@ def export(
 ):
     """Write a calibrated model as a sentence-transformers directory.
 
+    ``SentenceTransformer(output).encode(texts)`` then equals
+    ``bertflow encode --pooling POOLING --calibrator CALIBRATOR`` (within
+    1e-5), normalised when ``normalize`` is set.
+
     Args:
         output: The directory to create (it must not exist, or be empty). It
             is written beside its final place and renamed, so it appears
             complete or not at all.
         model: The model directory (default ``$BERTFLOW_MODEL``, else
             ``"models/all-MiniLM-L6-v2"``).
-        pooling: ``"last-avg"`` (mean pooling) or ``"cls"``.
+        pooling: Any pooling but ``"pooler"``; ``"last-avg"`` and ``"cls"``
+            use sentence-transformers' own ``Pooling`` module.
         calibrator: A calibrator file path, or a fitted bertflow calibrator
-            (anything with ``save(path)``), or None for the raw pooled vectors.
-            It must be affine; the flow, blends and token weighting are refused
-            with a ``ValueError``.
+            (anything with ``to_bytes()``), or None for the raw pooled vectors.
+            Token weighting is refused with a ``ValueError``.
         normalize: Append a ``Normalize`` module (unit-length output).
         max_len: Truncation in tokens, [CLS] and [SEP] included (written as
             ``max_seq_length``; default: the model's position limit, as
@@ -55,16 +73,18 @@ def export(
 
     Returns:
         A dict with ``path``, ``modules`` (the module types in order),
-        ``dimension`` and ``files``.
+        ``dimension``, ``files`` and ``needs_bertflow`` (whether loading the
+        directory needs bertflow installed).
     """
     if model is None:
         model = os.environ.get("BERTFLOW_MODEL") or DEFAULT_MODEL
     with tempfile.TemporaryDirectory() as tmp:
         path = calibrator
-        if calibrator is not None and hasattr(calibrator, "save"):
-            path = os.path.join(tmp, "calibrator.safetensors")
-            calibrator.save(path)
-        modules, dimension, files = _bertflow.export_st_dir(
+        if calibrator is not None and hasattr(calibrator, "to_bytes"):
+            path = os.path.join(tmp, _FILE)
+            with open(path, "wb") as f:
+                f.write(calibrator.to_bytes())
+        modules, dimension, files, needs = _bertflow.export_st_dir(
             os.fspath(model),
             pooling,
             os.fspath(output),
@@ -78,4 +98,128 @@ def export(
         "modules": list(modules),
         "dimension": dimension,
         "files": files,
+        "needs_bertflow": needs,
     }
+
+
+def calibrate(model, calibrator):
+    """Append a :class:`Calibrator` applying ``calibrator`` (a fitted bertflow
+    calibrator or a calibrator file) to the sentence embeddings of the
+    ``SentenceTransformer`` ``model``; returns ``model``."""
+    model.append(_calibrator_class()(calibrator))
+    return model
+
+
+def _write_atomically(path, data):
+    """``data`` to ``path`` through a temporary file in the same directory
+    (fsynced, renamed): an error leaves a file already there as it was."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _make_calibrator_class():
+    import torch
+
+    from ._calibrators import from_bytes
+
+    class Calibrator(torch.nn.Module):
+        """A sentence-transformers module that applies a bertflow calibrator.
+
+        It reads ``features["sentence_embedding"]`` (what the modules before
+        it pooled), or, with a ``source``, pools the hidden states itself
+        (``{"mean": [1, 6]}``: the masked token mean of the mean of those
+        hidden states, 0 being the embedding output; ``{"cls": n}``: the
+        first token of hidden state n; the transformer must output its hidden
+        states), applies the calibrator (bertflow's own code, on the CPU) and
+        writes the result to ``features["sentence_embedding"]``.
+
+        Args:
+            calibrator: A fitted bertflow calibrator, a calibrator file path,
+                or None (pooling only).
+            source: None, or where to pool from (see above).
+        """
+
+        def __init__(self, calibrator=None, source=None):
+            super().__init__()
+            if calibrator is None:
+                data = None
+            elif hasattr(calibrator, "to_bytes"):
+                data = calibrator.to_bytes()
+            else:
+                with open(os.fspath(calibrator), "rb") as f:
+                    data = f.read()
+            self._bytes = data
+            self.calibrator = None if data is None else from_bytes(data)
+            self.source = source
+
+        def _pool(self, features):
+            if self.source is None:
+                return features["sentence_embedding"]
+            states = features.get("all_layer_embeddings")
+            if states is None:
+                raise ValueError(
+                    "bertflow.st.Calibrator pools from the hidden states: load the "
+                    "transformer with output_hidden_states=True"
+                )
+            if "cls" in self.source:
+                return states[self.source["cls"]][:, 0]
+            h = torch.stack([states[i] for i in self.source["mean"]]).mean(0)
+            mask = features["attention_mask"].unsqueeze(-1).to(h.dtype)
+            return (h * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+        def forward(self, features):
+            emb = self._pool(features)
+            if self.calibrator is not None:
+                x = emb.detach().to("cpu", torch.float32).numpy()
+                z = np.ascontiguousarray(self.calibrator.transform(x), dtype=np.float32)
+                emb = torch.from_numpy(z).to(emb.device)
+            features["sentence_embedding"] = emb
+            return features
+
+        def get_sentence_embedding_dimension(self):
+            if self.calibrator is None:
+                return None
+            return self.calibrator.n_features_out_
+
+        def save(self, output_path, *args, **kwargs):
+            os.makedirs(output_path, exist_ok=True)
+            if self._bytes is not None:
+                _write_atomically(os.path.join(output_path, _FILE), self._bytes)
+            config = {"source": self.source, "calibrator": None if self._bytes is None else _FILE}
+            _write_atomically(os.path.join(output_path, _CONFIG), json.dumps(config, indent=2).encode())
+
+        @staticmethod
+        def load(input_path):
+            with open(os.path.join(input_path, _CONFIG), encoding="utf-8") as f:
+                config = json.load(f)
+            file = config.get("calibrator")
+            path = None if file is None else os.path.join(input_path, file)
+            return Calibrator(path, source=config.get("source"))
+
+    Calibrator.__module__ = __name__
+    return Calibrator
+
+
+def _calibrator_class():
+    cls = globals().get("Calibrator")
+    if cls is None:
+        cls = globals()["Calibrator"] = _make_calibrator_class()
+    return cls
+
+
+def __getattr__(name):
+    # torch is imported only when the module class is asked for (by
+    # sentence-transformers loading a directory, or by calibrate()).
+    if name == "Calibrator":
+        return _calibrator_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
