@@ -263,7 +263,6 @@ impl BertModel {
         device: &Device,
         precision: Precision,
     ) -> Result<Self> {
-        precision.check_supported()?;
         if precision == Precision::Int8 && !device.is_cpu() {
             return Err(crate::error::EncoderError::Precision(
                 "int8 runs on the CPU only".into(),
