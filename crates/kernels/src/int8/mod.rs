@@ -157,6 +157,12 @@ impl QuantInput {
         self.zero.resize(m, 0);
         (self.m, self.kp, self.qmax) = (m, kp, qmax);
         #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX512F was detected just above, the only requirement.
+            unsafe { x86::quantize_rows_avx512(self, x, k) };
+            return Ok(());
+        }
+        #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: AVX2 was detected just above, the only requirement.
             unsafe { x86::quantize_rows_avx2(self, x, k) };

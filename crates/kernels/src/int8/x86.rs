@@ -17,6 +17,16 @@ pub(super) unsafe fn quantize_rows_avx2(inp: &mut QuantInput, x: &[f32], k: usiz
     quantize_rows(inp, x, k)
 }
 
+/// [`super::quantize_rows`] compiled for AVX-512 (the same codes: plain float
+/// compares, adds and bit masks).
+///
+/// # Safety
+/// The CPU must support AVX512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn quantize_rows_avx512(inp: &mut QuantInput, x: &[f32], k: usize) {
+    quantize_rows(inp, x, k)
+}
+
 /// The int8 product with the AVX2 micro-kernel.
 ///
 /// # Safety
