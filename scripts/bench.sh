@@ -5,7 +5,9 @@
 #      one token length on both sides): `bertflow bench encode --precision fp32,int8
 #      --threads 1,2` vs scripts/reference/ort_encode_bench.py (ONNX Runtime fp32 and
 #      dynamic int8, exported by scripts/reference/ort_export.py from the same
-#      checkpoint, intra_op_num_threads 1 and 2) and st_encode_bench.py
+#      checkpoint, intra_op_num_threads 1 and 2), the same script with --runtime
+#      openvino (OpenVINO reading the same fp32 ONNX file, INFERENCE_PRECISION_HINT
+#      f32, INFERENCE_NUM_THREADS 1 and 2) and st_encode_bench.py
 #      (sentence-transformers); BENCH_ROUNDS rounds, interleaved, so a busy spell
 #      hits both sides; then single-sentence latency (batch 1, p50/p99) and the
 #      natural mixed-length stream (every STS-B test sentence in file order,
@@ -20,7 +22,8 @@
 # [default: target/bench/<date-time>]. See benchmarks/encode.md and benchmarks/flow.md.
 #
 # Environment:
-#   REF_PYTHON      Python with torch, sentence-transformers, numpy [default: .venv-ref,
+#   REF_PYTHON      Python with torch, sentence-transformers, numpy, onnxruntime, onnx,
+#                   openvino [default: .venv-ref,
 #                   created from scripts/reference/requirements.txt when missing]
 #   BENCH_MAX_LOAD  wait before each timed step until the 1-minute load average is
 #                   below this [1.5]; BENCH_MAX_WAIT seconds at most [1800], then go on
@@ -52,8 +55,8 @@ if [[ -z "${REF_PYTHON:-}" ]]; then
     fi
     REF_PYTHON=$ROOT/.venv-ref/bin/python
 fi
-"$REF_PYTHON" -c 'import torch, sentence_transformers, numpy, onnxruntime, onnx' ||
-    { echo "error: $REF_PYTHON lacks torch, sentence-transformers, numpy, onnxruntime or onnx" >&2; exit 1; }
+"$REF_PYTHON" -c 'import torch, sentence_transformers, numpy, onnxruntime, onnx, openvino' ||
+    { echo "error: $REF_PYTHON lacks torch, sentence-transformers, numpy, onnxruntime, onnx or openvino" >&2; exit 1; }
 
 [[ -d "$MODEL" ]] || scripts/fetch_model.sh
 ORT_DIR=target/ort
@@ -94,7 +97,8 @@ wait_quiet() {
     echo "kernel: $(uname -r)"
     echo "rustc: $(rustc --version)"
     echo "bertflow: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ local changes)')"
-    echo "python: $("$REF_PYTHON" --version 2>&1), torch $("$REF_PYTHON" -c 'import torch; print(torch.__version__)'), sentence-transformers $("$REF_PYTHON" -c 'import sentence_transformers as s; print(s.__version__)'), onnxruntime $("$REF_PYTHON" -c 'import onnxruntime as o; print(o.__version__)')"
+    echo "python: $("$REF_PYTHON" --version 2>&1), torch $("$REF_PYTHON" -c 'import torch; print(torch.__version__)'), sentence-transformers $("$REF_PYTHON" -c 'import sentence_transformers as s; print(s.__version__)'), onnxruntime $("$REF_PYTHON" -c 'import onnxruntime as o; print(o.__version__)'), openvino $("$REF_PYTHON" -c 'import openvino as o; print(o.__version__)')"
+    echo "cpu family/model: $(grep -m1 '^cpu family' /proc/cpuinfo | cut -d: -f2- | tr -d ' ')/$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | cut -d: -f2- | tr -d ' ')"
     echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|avx512_bf16)$' | tr '\n' ' ')"
 } | tee "$OUT/machine.txt"
 
@@ -112,6 +116,10 @@ if part encode; then
             "$PY" $ORT --onnx $ORT_DIR/model_$p.onnx --model "$MODEL" --threads 1,2 --batch-size 32 \
                 --repeat "$REPEAT" --json >"$OUT/encode_ort_${p}_r$r.json"
         done
+        echo "== encode round $r of $ROUNDS: OpenVINO f32 (same fp32 ONNX file)"
+        wait_quiet
+        "$PY" $ORT --runtime openvino --onnx $ORT_DIR/model_fp32.onnx --model "$MODEL" --threads 1,2 \
+            --batch-size 32 --repeat "$REPEAT" --json >"$OUT/encode_ov_fp32_r$r.json"
         echo "== encode round $r of $ROUNDS: sentence-transformers"
         wait_quiet
         "$PY" scripts/reference/st_encode_bench.py --model "$MODEL" --threads 1,2 --batch-size 32 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summary of the encode part of scripts/bench.sh: bertflow fp32/int8 vs ONNX Runtime
-fp32/int8 and sentence-transformers, per round (interleaved) and as medians.
+fp32/int8, OpenVINO f32 (when measured) and sentence-transformers, per round (interleaved) and as medians.
 
     python scripts/reference/encode_summary.py OUT_DIR
 
@@ -33,6 +33,8 @@ def main():
             bf, info = best(f"{out}/encode_bertflow_r{r}.json", "fp32")
             ort = {p: best(f"{out}/encode_ort_{p}_r{r}.json", p)[0] for p in ("fp32", "int8")}
             st = best(f"{out}/encode_torch_r{r}.json", "torch")[0]
+            ov_path = f"{out}/encode_ov_fp32_r{r}.json"
+            ov = best(ov_path, "fp32")[0] if os.path.exists(ov_path) else {}
             for t in (1, 2):
                 def v(res, k):
                     x = res.get(k)
@@ -42,6 +44,7 @@ def main():
                     "bertflow int8": v(bf, ("int8", t)),
                     "ORT fp32": v(ort["fp32"], ("fp32", t)),
                     "ORT int8": v(ort["int8"], ("int8", t)),
+                    "OpenVINO f32": v(ov, ("fp32", t)),
                     "sentence-transformers": v(st, ("torch", t)),
                 }
                 for k, x in vals.items():
@@ -49,6 +52,7 @@ def main():
                 for name, a, b in (
                     ("bertflow fp32 / ORT fp32", "bertflow fp32", "ORT fp32"),
                     ("bertflow int8 / ORT int8", "bertflow int8", "ORT int8"),
+                    ("bertflow fp32 / OpenVINO f32", "bertflow fp32", "OpenVINO f32"),
                     ("bertflow int8 / ORT fp32", "bertflow int8", "ORT fp32"),
                     ("bertflow fp32 / sentence-transformers", "bertflow fp32", "sentence-transformers"),
                 ):

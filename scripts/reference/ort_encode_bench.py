@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-"""ONNX Runtime (CPU) encoding throughput and latency on STS-B test: the peer of
-`bertflow bench encode` (scripts/bench.sh, benchmarks/encode.md). Run
+"""ONNX Runtime or OpenVINO (CPU) encoding throughput and latency on STS-B test:
+the peers of `bertflow bench encode` (scripts/bench.sh, benchmarks/encode.md). Run
 scripts/reference/ort_export.py first.
 
     python scripts/reference/ort_encode_bench.py [--onnx target/ort/model_fp32.onnx]
-        [--model models/all-MiniLM-L6-v2] [--data ../shared/data/sts] [--threads 1,2]
-        [--batch-size 32] [--repeat 3] [--mode sorted|stream|latency] [--json]
+        [--runtime ort|openvino] [--model models/all-MiniLM-L6-v2]
+        [--data ../shared/data/sts] [--threads 1,2] [--batch-size 32] [--repeat 3]
+        [--mode sorted|stream|latency] [--json]
 
-Modes, each for every thread count (SessionOptions.intra_op_num_threads = t,
-inter_op_num_threads = 1, sequential execution, all graph optimisations):
+Runtimes, each for every thread count t:
+
+* ort: ONNX Runtime's CPU provider, SessionOptions.intra_op_num_threads = t,
+  inter_op_num_threads = 1, sequential execution, all graph optimisations.
+* openvino: OpenVINO's CPU plugin reading the same ONNX file (`Core.read_model`),
+  compiled with INFERENCE_PRECISION_HINT f32 (no bf16 or fp16 downcast on CPUs that
+  have them), INFERENCE_NUM_THREADS t, PERFORMANCE_HINT LATENCY, one synchronous
+  infer request (dynamic batch and sequence axes, as exported).
+
+Modes:
 
 * sorted: the 2,551 unique STS-B test sentences (whitespace-normalised, deduplicated
   in order of first appearance, as bertflow loads them), tokenised with the model's
@@ -59,12 +68,52 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mode", choices=("sorted", "stream", "latency"), default="sorted")
     ap.add_argument("--max-len", type=int, default=512)
+    ap.add_argument("--runtime", choices=("ort", "openvino"), default="ort")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
     import numpy as np
-    import onnxruntime as ort
     from tokenizers import Tokenizer
+
+    if a.runtime == "ort":
+        import onnxruntime as ort
+
+        version = ort.__version__
+
+        def session(t):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = t
+            so.inter_op_num_threads = 1
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            return ort.InferenceSession(a.onnx, so, providers=["CPUExecutionProvider"])
+    else:
+        import openvino as ov
+
+        version = ov.__version__
+
+        class OvSession:
+            """ONNX Runtime's `run(None, feeds)[0]` on an OpenVINO infer request."""
+
+            def __init__(self, t):
+                core = ov.Core()
+                self.compiled = core.compile_model(
+                    core.read_model(a.onnx),
+                    "CPU",
+                    {
+                        "INFERENCE_PRECISION_HINT": "f32",
+                        "INFERENCE_NUM_THREADS": t,
+                        "PERFORMANCE_HINT": "LATENCY",
+                    },
+                )
+                self.req = self.compiled.create_infer_request()
+                self.out = self.compiled.output(0)
+
+            def run(self, _names, feeds):
+                return [self.req.infer(feeds)[self.out]]
+
+        def session(t):
+            return OvSession(t)
 
     tok = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
     tok.no_padding()
@@ -128,12 +177,7 @@ def main():
 
     results = []
     for t in [int(s) for s in a.threads.split(",") if s.strip()]:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = t
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess = ort.InferenceSession(a.onnx, so, providers=["CPUExecutionProvider"])
+        sess = session(t)
         secs, lat = [], []
         for r in range(a.repeat + 1):
             start = time.perf_counter()
@@ -160,9 +204,11 @@ def main():
             print(f"threads {t}: best {n / best:.1f} sentences/s, median {n / median:.1f} sentences/s"
                   f" ({', '.join(f'{s:.3f}' for s in secs)} s){extra}")
     if a.json:
-        print(json.dumps({"bench": "ort_encode", "onnx": os.path.basename(a.onnx), "mode": a.mode,
+        print(json.dumps({"bench": "ort_encode" if a.runtime == "ort" else "openvino_encode",
+                          "runtime": a.runtime, "onnx": os.path.basename(a.onnx), "mode": a.mode,
                           "sentences": len(texts), "batch_size": a.batch_size, "repeat": a.repeat,
-                          "onnxruntime": ort.__version__, "results": [dict(r, precision="int8" if "int8" in os.path.basename(a.onnx) else "fp32") for r in results]}, indent=2))
+                          "onnxruntime" if a.runtime == "ort" else "openvino": version,
+                          "results": [dict(r, precision="int8" if "int8" in os.path.basename(a.onnx) else "fp32") for r in results]}, indent=2))
 
 
 if __name__ == "__main__":

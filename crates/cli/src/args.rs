@@ -33,9 +33,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub no_cache: bool,
     /// Precision of the transformer layers' linear products: fp32, or int8 (s8
-    /// weights per output channel, 7-bit activations per row; AVX512-VNNI, AVX2 or
+    /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX2 or
     /// portable kernel chosen at run time, or forced with BERTFLOW_INT8_KERNEL).
-    /// bf16 is an error (needs AVX512-BF16; not implemented yet).
     #[arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = parse_precision)]
     pub precision: Precision,
 }

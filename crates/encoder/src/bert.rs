@@ -263,7 +263,6 @@ impl BertModel {
         device: &Device,
         precision: Precision,
     ) -> Result<Self> {
-        precision.check_supported()?;
         if precision == Precision::Int8 && !device.is_cpu() {
             return Err(crate::error::EncoderError::Precision(
                 "int8 runs on the CPU only".into(),
@@ -351,9 +350,9 @@ impl BertModel {
     }
 
     /// Forward a padded batch into `ws` (see [`BertModel::forward`] for the
-    /// arguments); read the hidden states with [`Workspace::states`]. fp32 on the
-    /// CPU runs the allocation-free forward pass of [`host`]; other precisions and
-    /// devices run [`BertModel::forward`] and copy its states to the host.
+    /// arguments); read the hidden states with [`Workspace::states`]. fp32 and int8
+    /// on the CPU run the allocation-free forward pass of [`host`]; other devices
+    /// run [`BertModel::forward`] and copy its states to the host.
     pub fn forward_into(
         &self,
         ids: &[u32],
@@ -362,7 +361,7 @@ impl BertModel {
         upto: usize,
         ws: &mut Workspace,
     ) -> Result<()> {
-        if self.precision == Precision::Fp32 && self.device.is_cpu() {
+        if matches!(self.precision, Precision::Fp32 | Precision::Int8) && self.device.is_cpu() {
             self.check_batch(ids, lens, t, upto)?;
             return host::forward(self, ids, lens, t, upto, ws);
         }

@@ -54,15 +54,6 @@ fn int8_vectors_are_close_to_fp32_and_keyed_apart() {
     }
 }
 
-#[test]
-fn bf16_without_support_is_a_clear_error() {
-    let model = model_dir();
-    match Encoder::load_with_precision(model.to_str().unwrap(), None, Precision::Bf16) {
-        Ok(_) => panic!("bf16 is not implemented, loading must fail"),
-        Err(e) => assert!(e.to_string().contains("bf16"), "{e}"),
-    }
-}
-
 /// The unique sentences of STS-B test, whitespace-normalised, first appearance order.
 fn stsb_test_sentences() -> Vec<String> {
     let dir = std::env::var("BERTFLOW_DATA").unwrap_or_else(|_| {

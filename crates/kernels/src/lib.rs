@@ -1,9 +1,10 @@
 //! bertflow-kernels: CPU kernels for the encoder.
 //!
 //! - [`int8`]: `y = act(dequant(q(x) · Wq^T) + b)` with weights quantised per output
-//!   channel to s8 at load and activations quantised per row to 7-bit u8 at run
-//!   time; integer products by an AVX512-VNNI, an AVX2 or a portable kernel, chosen
-//!   at run time ([`Isa`]). All paths give bit-identical results.
+//!   channel to s8 and packed at load, activations quantised per row to u8 at run
+//!   time (8 bits for the AVX512-VNNI and portable kernels, 7 for AVX2); integer
+//!   products by a register-blocked AVX512-VNNI, an AVX2 or a portable kernel, chosen
+//!   at run time ([`Isa`]). Each kernel is bit-exact against its scalar model.
 //! - [`act`]: the vectorisable exact-erf GELU shared with the fp32 path.
 //! - [`norm`]: fp32 row epilogues: bias + activation, bias + residual + LayerNorm.
 //! - [`attention`]: self-attention read in place from the fused QKV product.
@@ -14,5 +15,5 @@ pub mod norm;
 
 pub use act::{gelu_erf, gelu_erf_inplace, Act};
 pub use attention::{attention, AttnShape};
-pub use int8::{Isa, KernelError, QuantLinear};
+pub use int8::{Isa, KernelError, QuantInput, QuantLinear};
 pub use norm::{bias_act, bias_residual_layer_norm, layer_norm, ShapeError};

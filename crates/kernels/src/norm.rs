@@ -2,9 +2,10 @@
 //! residual + LayerNorm in one pass, and LayerNorm alone.
 //!
 //! Every function works on whole matrices (rows of `h` values, row-major) and
-//! picks its build once per call: an AVX2 build where the CPU has it, else the
-//! baseline build. Both builds compute the same bits (no fused multiply-adds: Rust
-//! never contracts `a * b + c`), so results never depend on the CPU.
+//! picks its build once per call: an AVX-512 or AVX2 build where the CPU has it,
+//! else the baseline build. All builds compute the same bits (no fused
+//! multiply-adds: Rust never contracts `a * b + c`; sums go through [`LANES`]
+//! partial sums whatever the register width), so results never depend on the CPU.
 use crate::act::Act;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -21,8 +22,9 @@ pub(crate) fn shape_err(op: &'static str, msg: String) -> ShapeError {
 /// Lanes of the partial sums (one ymm of f32).
 const LANES: usize = 8;
 
-/// Define a private function whose body is compiled twice, as an AVX2 build
-/// (chosen at run time where the CPU has AVX2) and the baseline build. The
+/// Define a private function whose body is compiled three times, as an AVX-512
+/// and an AVX2 build (chosen at run time where the CPU has them) and the baseline
+/// build. The
 /// arguments must already be checked: the body is the plain kernel.
 macro_rules! simd_fn {
     ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
@@ -32,6 +34,15 @@ macro_rules! simd_fn {
             fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU supports AVX512F (checked just above), the
+                    // only requirement of this target_feature function.
+                    return unsafe { avx512($($arg),*) };
+                }
                 #[target_feature(enable = "avx2")]
                 fn avx2($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)

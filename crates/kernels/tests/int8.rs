@@ -1,7 +1,8 @@
-//! Every int8 kernel this CPU can run, forced, against the plain-loop reference on
-//! odd shapes (M, N not multiples of the 4 x 16 tile, K not a multiple of 4).
-use bertflow_kernels::int8::{quantize_row, quantize_weights, reference_forward, QMAX_ACT};
-use bertflow_kernels::{Act, Isa, QuantLinear};
+//! Every int8 kernel this CPU can run, forced, against the plain-loop reference with
+//! its own activation code range, on odd shapes (M, N not multiples of the 6 x 64
+//! tile, K not a multiple of 4).
+use bertflow_kernels::int8::{quantize_row, quantize_weights, reference_forward, QMAX_7BIT};
+use bertflow_kernels::{Act, Isa, QuantInput, QuantLinear};
 
 /// Deterministic pseudo-random values in [-scale, scale) (xorshift).
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
@@ -16,7 +17,7 @@ fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-const SHAPES: [(usize, usize, usize); 9] = [
+const SHAPES: [(usize, usize, usize); 11] = [
     (1, 1, 1),
     (1, 3, 17),
     (3, 5, 15),
@@ -26,6 +27,8 @@ const SHAPES: [(usize, usize, usize); 9] = [
     (9, 384, 49),
     (13, 385, 257),
     (33, 1537, 18),
+    (17, 130, 129),
+    (6, 8, 64),
 ];
 
 #[test]
@@ -47,8 +50,9 @@ fn every_available_kernel_matches_the_reference_bit_for_bit() {
         let (q, s) = quantize_weights(&w, n, k);
         for act in [Act::None, Act::GeluErf, Act::Relu] {
             for residual in [None, Some(res.as_slice())] {
-                let want = reference_forward(&q, &s, &b, n, k, &x, m, residual, act);
                 for &isa in &paths {
+                    let want =
+                        reference_forward(isa.act_max(), &q, &s, &b, n, k, &x, m, residual, act);
                     let mut got = vec![f32::NAN; m * n];
                     lin.forward(isa, &x, m, residual, act, &mut got).unwrap();
                     assert_eq!(
@@ -95,20 +99,71 @@ fn the_int8_product_is_close_to_the_float_product() {
 fn activation_codes_stay_within_seven_bits_and_round_trip() {
     let x = [-3.0f32, -1.0, 0.0, 0.5, 2.0, 4.35];
     let mut q = [255u8; 8];
-    let (s, z) = quantize_row(&x, &mut q);
-    assert!(q.iter().all(|&v| v as i32 <= QMAX_ACT));
+    let (s, z) = quantize_row(&x, &mut q, QMAX_7BIT);
+    assert!(q.iter().all(|&v| v as i32 <= QMAX_7BIT));
     assert_eq!(&q[6..], &[0, 0], "padding is zeroed");
     assert_eq!(q[0], 0);
-    assert_eq!(q[5] as i32, QMAX_ACT);
+    assert_eq!(q[5] as i32, QMAX_7BIT);
     for (&v, &c) in x.iter().zip(&q) {
         let back = s * (c as i32 - z) as f32;
         assert!((back - v).abs() <= s * 0.5 + 1e-6, "{v} -> {c} -> {back}");
     }
     // An all-positive row still represents 0 exactly (the range includes it).
-    let (s2, z2) = quantize_row(&[1.0, 2.0], &mut q);
+    let (s2, z2) = quantize_row(&[1.0, 2.0], &mut q, QMAX_7BIT);
     assert_eq!(z2, 0);
-    assert_eq!(q[1] as i32, QMAX_ACT);
+    assert_eq!(q[1] as i32, QMAX_7BIT);
     assert!((s2 - 2.0 / 127.0).abs() < 1e-7);
+}
+
+#[test]
+fn eight_bit_codes_use_the_full_byte_and_round_half_to_even() {
+    // Range 0..=255 with scale 1: codes are the values themselves, rounded.
+    let x = [0.0f32, 255.0, 2.5, 3.5, 7.4, 7.6];
+    let mut q = [9u8; 9];
+    let (s, z) = quantize_row(&x, &mut q, 255);
+    assert_eq!((s, z), (1.0, 0));
+    assert_eq!(&q[..7], &[0, 255, 2, 4, 7, 8, 0]);
+    // NaN codes to 0 and out-of-range values clamp (scale from the finite part).
+    let (_, z) = quantize_row(&[-1.0, f32::NAN, 1.0], &mut q, 255);
+    assert_eq!(q[1] as i32, 0);
+    assert!((127..=128).contains(&z), "zero point {z}");
+    assert_eq!(q[0], 0);
+    assert!(q[2] >= 254, "the top of the range codes to {}", q[2]);
+}
+
+#[test]
+fn a_quantised_input_is_reused_across_layers_and_checked() {
+    let (m, k) = (7, 20);
+    let x = values(m * k, 11, 1.0);
+    let a = QuantLinear::new(&values(5 * k, 12, 0.3), &[0.0; 5], 5, k).unwrap();
+    let b = QuantLinear::new(&values(70 * k, 13, 0.3), &values(70, 14, 0.1), 70, k).unwrap();
+    let c = QuantLinear::new(&values(5 * 21, 15, 0.3), &[0.0; 5], 5, 21).unwrap();
+    for isa in Isa::available_all() {
+        let mut inp = QuantInput::new();
+        inp.quantize(isa, &x, m, k).unwrap();
+        assert_eq!(inp.rows(), m);
+        for lin in [&a, &b] {
+            let n = lin.out_dim();
+            let (mut got, mut want) = (vec![0f32; m * n], vec![0f32; m * n]);
+            lin.forward_quantized(isa, &inp, None, Act::GeluErf, &mut got)
+                .unwrap();
+            lin.forward(isa, &x, m, None, Act::GeluErf, &mut want)
+                .unwrap();
+            assert_eq!(got, want, "{isa:?} n={n}");
+        }
+        // Another layer width (K padded to 24 vs 20) or another kernel's codes: errors.
+        let mut out = vec![0f32; m * 5];
+        assert!(c
+            .forward_quantized(isa, &inp, None, Act::None, &mut out)
+            .is_err());
+        for other in Isa::available_all() {
+            if other.act_max() != isa.act_max() {
+                assert!(a
+                    .forward_quantized(other, &inp, None, Act::None, &mut out)
+                    .is_err());
+            }
+        }
+    }
 }
 
 #[test]
@@ -144,7 +199,7 @@ fn bad_shapes_are_errors() {
         .is_err());
     lin.forward(Isa::Scalar, &[1.0; 6], 2, None, Act::None, &mut out)
         .unwrap();
-    assert_eq!(out, vec![3.0; 4]);
+    assert!(out.iter().all(|v| (v - 3.0).abs() < 1e-6), "{out:?}");
 }
 
 #[test]

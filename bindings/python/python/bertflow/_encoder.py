@@ -68,7 +68,7 @@ class Encoder:
 
         precision: ``"fp32"`` (default) or ``"int8"`` (linear layers with s8
             weights per output channel and dynamically quantised activations;
-            mean cosine to fp32 >= 0.99). ``"bf16"`` raises (not implemented).
+            mean cosine to fp32 >= 0.99).
         weighting: Token weighting of the averaging poolings: ``"mean"``
             (default), ``"sif"``, ``"usif"``, with options as in the CLI
             (``"sif:a=1e-4"``, ``"usif:punct=keep"``). ``sif``/``usif`` need

@@ -1,17 +1,21 @@
-//! The fp32 CPU forward pass without per-operation allocation.
+//! The CPU forward pass (fp32 and int8) without per-operation allocation.
 //!
 //! All activations live in a [`Workspace`] of buffers sized per batch and reused
-//! across layers and batches (keep one per worker thread). The matrix products
+//! across layers and batches (keep one per worker thread). fp32 matrix products
 //! call `gemm` directly on the host slices of the weights (the same call, strides
 //! and parallelism that candle's matmul makes, so the products are the same bits);
-//! everything else is bertflow-kernels: bias epilogues, bias + residual +
+//! int8 products run bertflow-kernels' [`QuantLinear`] on the layer input quantised
+//! once into the workspace, with bias, residual and activation in its output stage.
+//! Everything else is shared by both precisions: bias epilogues, bias + residual +
 //! LayerNorm in one pass, and attention read in place from the fused QKV product,
 //! its context written straight into the token rows.
+use super::LayerNorm;
 use super::{BertModel, Layer, Linear};
 use crate::config::HiddenAct;
 use crate::error::{EncoderError, Result};
 use bertflow_kernels::{
-    attention, bias_act, bias_residual_layer_norm, layer_norm, Act, AttnShape, ShapeError,
+    attention, bias_act, bias_residual_layer_norm, layer_norm, Act, AttnShape, QuantInput,
+    QuantLinear, ShapeError,
 };
 use candle_core::{CpuStorage, Storage, Tensor};
 use gemm::Parallelism;
@@ -28,6 +32,8 @@ pub struct Workspace {
     h1: Vec<f32>,
     inter: Vec<f32>,
     scores: Vec<f32>,
+    /// The input of the current int8 product, quantised.
+    qin: QuantInput,
 }
 
 impl Workspace {
@@ -146,6 +152,59 @@ impl Linear {
         out.resize(x.len() / k.max(1) * n, 0.0);
         with_host(&self.w_t, |w| matmul(x, k, w, n, out, par))
     }
+
+    /// `out` = act(`x` W^T + b [+ residual]) by the int8 layer `lin`, `x` quantised
+    /// into `qin`.
+    fn int8_host(
+        lin: &QuantLinear,
+        isa: bertflow_kernels::Isa,
+        x: &[f32],
+        residual: Option<&[f32]>,
+        act: Act,
+        qin: &mut QuantInput,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (k, n) = (lin.in_dim(), lin.out_dim());
+        let m = x.len() / k;
+        qin.quantize(isa, x, m, k)?;
+        out.resize(m * n, 0.0);
+        Ok(lin.forward_quantized(isa, qin, residual, act, out)?)
+    }
+
+    /// `out` = act(`x` W^T + b), on the host.
+    fn forward_act_host(
+        &self,
+        x: &[f32],
+        act: Act,
+        out: &mut Vec<f32>,
+        par: Parallelism,
+        qin: &mut QuantInput,
+    ) -> Result<()> {
+        if let Some((lin, isa)) = &self.q {
+            return Self::int8_host(lin, *isa, x, None, act, qin, out);
+        }
+        self.matmul_host(x, out, par)?;
+        bias_act(out, &self.b_host, act).map_err(kernel_err)
+    }
+
+    /// `out` = LayerNorm(`x` W^T + b + `residual`), on the host.
+    fn forward_residual_ln_host(
+        &self,
+        x: &[f32],
+        residual: &[f32],
+        ln: &LayerNorm,
+        out: &mut Vec<f32>,
+        par: Parallelism,
+        qin: &mut QuantInput,
+    ) -> Result<()> {
+        if let Some((lin, isa)) = &self.q {
+            Self::int8_host(lin, *isa, x, Some(residual), Act::None, qin, out)?;
+            return layer_norm(out, &ln.w_host, &ln.b_host, ln.eps).map_err(kernel_err);
+        }
+        self.matmul_host(x, out, par)?;
+        bias_residual_layer_norm(out, &self.b_host, residual, &ln.w_host, &ln.b_host, ln.eps)
+            .map_err(kernel_err)
+    }
 }
 
 /// tanh-approximated GELU, candle's formula.
@@ -186,33 +245,31 @@ impl Layer {
             h1,
             inter,
             scores,
+            qin,
             ..
         } = ws;
-        self.qkv.matmul_host(x, qkv, par)?;
-        bias_act(qkv, &self.qkv.b_host, Act::None).map_err(kernel_err)?;
+        self.qkv.forward_act_host(x, Act::None, qkv, par, qin)?;
         ctx.resize(x.len(), 0.0);
         attention(qkv, lens, shape, ctx, scores).map_err(kernel_err)?;
-        self.attn_out.matmul_host(ctx, h1, par)?;
-        let ln = &self.attn_ln;
-        bias_residual_layer_norm(h1, &self.attn_out.b_host, x, &ln.w_host, &ln.b_host, ln.eps)
-            .map_err(kernel_err)?;
-        self.intermediate.matmul_host(h1, inter, par)?;
-        let bias = &self.intermediate.b_host;
-        match act {
-            HiddenAct::Gelu => bias_act(inter, bias, Act::GeluErf),
-            HiddenAct::Relu => bias_act(inter, bias, Act::Relu),
-            HiddenAct::GeluApprox => bias_act(inter, bias, Act::None).map(|()| gelu_tanh(inter)),
+        self.attn_out
+            .forward_residual_ln_host(ctx, x, &self.attn_ln, h1, par, qin)?;
+        let inter_act = match act {
+            HiddenAct::Gelu => Act::GeluErf,
+            HiddenAct::Relu => Act::Relu,
+            HiddenAct::GeluApprox => Act::None,
+        };
+        self.intermediate
+            .forward_act_host(h1, inter_act, inter, par, qin)?;
+        if matches!(act, HiddenAct::GeluApprox) {
+            gelu_tanh(inter);
         }
-        .map_err(kernel_err)?;
-        self.output.matmul_host(inter, out, par)?;
-        let ln = &self.out_ln;
-        bias_residual_layer_norm(out, &self.output.b_host, h1, &ln.w_host, &ln.b_host, ln.eps)
-            .map_err(kernel_err)
+        self.output
+            .forward_residual_ln_host(inter, h1, &self.out_ln, out, par, qin)
     }
 }
 
-/// The forward pass of [`BertModel::forward_into`] for fp32 on the CPU; the batch
-/// is already checked ([`BertModel::check_batch`]).
+/// The forward pass of [`BertModel::forward_into`] on the CPU (fp32 or int8
+/// layers); the batch is already checked ([`BertModel::check_batch`]).
 pub(super) fn forward(
     model: &BertModel,
     ids: &[u32],

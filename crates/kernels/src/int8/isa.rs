@@ -1,0 +1,100 @@
+//! Which integer micro-kernel runs: chosen at run time from the CPU's features.
+use super::{KernelError, QMAX_7BIT, QMAX_8BIT};
+use std::sync::OnceLock;
+
+/// Instruction set of the integer micro-kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust (any CPU); 8-bit activations.
+    Scalar,
+    /// `vpmaddubsw` + `vpmaddwd` on 256-bit registers; 7-bit activations.
+    Avx2,
+    /// `vpdpbusd` on 512-bit registers; 8-bit activations.
+    Avx512Vnni,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// Largest activation code this kernel takes: 127 for AVX2 (its `vpmaddubsw`
+    /// sums pairs of products in i16, exact only for 7-bit codes), 255 for the
+    /// kernels that accumulate in i32 without saturation (VNNI, portable).
+    pub fn act_max(self) -> i32 {
+        match self {
+            Isa::Avx2 => QMAX_7BIT,
+            Isa::Scalar | Isa::Avx512Vnni => QMAX_8BIT,
+        }
+    }
+
+    /// Whether this CPU can run the kernel.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every kernel this CPU can run.
+    pub fn available_all() -> Vec<Isa> {
+        Isa::ALL.into_iter().filter(|i| i.available()).collect()
+    }
+
+    /// The fastest kernel this CPU can run.
+    pub fn best() -> Isa {
+        [Isa::Avx512Vnni, Isa::Avx2]
+            .into_iter()
+            .find(|i| i.available())
+            .unwrap_or(Isa::Scalar)
+    }
+
+    /// `BERTFLOW_INT8_KERNEL` (auto, scalar, avx2, avx512vnni), else the best;
+    /// an error when the named kernel is unknown or not supported by this CPU.
+    pub fn from_env() -> Result<Isa, KernelError> {
+        match std::env::var("BERTFLOW_INT8_KERNEL") {
+            Ok(s) if !s.is_empty() && s != "auto" => {
+                let isa = Isa::ALL
+                    .into_iter()
+                    .find(|i| i.name() == s)
+                    .ok_or(KernelError::BadName(s))?;
+                isa.check()?;
+                Ok(isa)
+            }
+            _ => Ok(Isa::best()),
+        }
+    }
+
+    /// [`Isa::from_env`], read once per process.
+    pub fn selected() -> Result<Isa, KernelError> {
+        static SEL: OnceLock<Result<Isa, String>> = OnceLock::new();
+        match SEL.get_or_init(|| Isa::from_env().map_err(|e| e.to_string())) {
+            Ok(i) => Ok(*i),
+            Err(_) => Isa::from_env(),
+        }
+    }
+
+    /// An error unless this CPU can run the kernel.
+    pub fn check(self) -> Result<(), KernelError> {
+        if self.available() {
+            return Ok(());
+        }
+        let names: Vec<_> = Isa::available_all().iter().map(|i| i.name()).collect();
+        Err(KernelError::Unavailable(self.name(), names.join(", ")))
+    }
+}
