@@ -42,9 +42,11 @@ pub struct AutoStats {
     /// embeddings), low when it is a constant offset.
     pub mean_top10_align: f64,
     /// Coefficient of variation (standard deviation / mean) of the row
-    /// norms: high for averaged static embeddings (the average of more
-    /// tokens is shorter), low for a trained model's layers; 0 for
-    /// normalised rows. Absent (0) in files of rules before `auto-v3`.
+    /// norms; 0 for normalised rows. Among wide cones whose common direction
+    /// follows the main axes it separates static averages (>= 0.155 in the
+    /// protocol) from a fine-tuned model's layers (<= 0.121); elsewhere it
+    /// is not read (MiniLM last-avg has 0.198). Absent (0) in files of rules
+    /// before `auto-v3`.
     #[serde(default)]
     pub norm_cv: f64,
 }
@@ -315,13 +317,19 @@ pub fn decide(s: &AutoStats) -> Decision {
             0.0,
             format!(
                 "the common direction lies in the top principal directions (share {:.3} >= {}) \
-                 of a cone that is narrow (>= {}) or of uneven norms (row-norm variation {:.3} >= {}): \
-                 static, frequency-driven embeddings; remove the leading directions and whiten the rest",
+                 of {}: static, frequency-driven embeddings; remove the leading directions and \
+                 whiten the rest",
                 s.mean_top10_align,
                 rule::ALIGN_SPECTRAL,
-                rule::SPECTRAL_COSINE,
-                s.norm_cv,
-                rule::SPECTRAL_NORM_CV
+                if cos >= rule::SPECTRAL_COSINE {
+                    format!("a narrow cone ({cos:.3} >= {})", rule::SPECTRAL_COSINE)
+                } else {
+                    format!(
+                        "a wide cone of uneven norms (row-norm variation {:.3} >= {})",
+                        s.norm_cv,
+                        rule::SPECTRAL_NORM_CV
+                    )
+                }
             ),
         )
     } else if cos >= rule::NARROW_COSINE {
