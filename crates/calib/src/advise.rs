@@ -41,6 +41,14 @@ pub struct AutoStats {
     /// direction is also the main axis of variation (static, frequency-driven
     /// embeddings), low when it is a constant offset.
     pub mean_top10_align: f64,
+    /// Coefficient of variation (standard deviation / mean) of the row
+    /// norms; 0 for normalised rows. Among wide cones whose common direction
+    /// follows the main axes it separates static averages (>= 0.155 in the
+    /// protocol) from a fine-tuned model's layers (<= 0.121); elsewhere it
+    /// is not read (MiniLM last-avg has 0.198). Absent (0) in files of rules
+    /// before `auto-v3`.
+    #[serde(default)]
+    pub norm_cv: f64,
 }
 
 /// Statistics of `x` (fit data: at least 2 rows, finite values).
@@ -92,6 +100,18 @@ pub(crate) fn stats_from(x: ArrayView2<f32>, e: &Eigen) -> AutoStats {
         0.0
     };
     let rogue_share = coord_var[..k].iter().sum::<f64>() / coord_var.iter().sum::<f64>();
+    let norms: Vec<f64> = x
+        .rows()
+        .into_iter()
+        .map(|r| {
+            r.iter()
+                .map(|&v| (v as f64) * (v as f64))
+                .sum::<f64>()
+                .sqrt()
+        })
+        .collect();
+    let norm_mean = norms.iter().sum::<f64>() / n as f64;
+    let norm_sd = (norms.iter().map(|v| (v - norm_mean).powi(2)).sum::<f64>() / n as f64).sqrt();
     AutoStats {
         n,
         dim: d,
@@ -104,6 +124,11 @@ pub(crate) fn stats_from(x: ArrayView2<f32>, e: &Eigen) -> AutoStats {
         eff_rank_ratio: entropy.exp() / e.rank as f64,
         rogue_share,
         mean_top10_align,
+        norm_cv: if norm_mean > 0.0 {
+            norm_sd / norm_mean
+        } else {
+            0.0
+        },
     }
 }
 
@@ -188,13 +213,16 @@ impl Decision {
     }
 }
 
-/// The constants of the `auto` rule (see [`decide`]). The three thresholds
-/// are midpoints of the gaps between the statistics of the fit matrices
-/// that want different treatments (all-MiniLM-L6-v2, poolings last-avg,
-/// first-last-avg, cls, emb-avg with mean weighting and last-avg,
-/// first-last-avg, emb-avg with uSIF weighting, over the seven STS fit
-/// corpora: 49 matrices); the transforms were chosen on STS scores. Both
-/// were validated leave-one-task-out (README, "auto").
+/// The constants of the `auto` rule `auto-v3` (see [`decide`]). The four
+/// thresholds are midpoints of the gaps between the statistics of the fit
+/// matrices that want different treatments, over two fine-tuned models
+/// (all-MiniLM-L6-v2 and all-mpnet-base-v2; poolings last-avg,
+/// first-last-avg, cls, the sentence-transformers pipeline and emb-avg with
+/// mean weighting, last-avg, first-last-avg and emb-avg with uSIF weights;
+/// the seven STS fit corpora: 112 matrices); the transforms were chosen on
+/// STS scores. Both were validated leave-one-model-out: chosen on one
+/// model's matrices, scored on the other's (README, "auto";
+/// `scripts/reference/auto_rule.py`).
 pub mod rule {
     /// Below this mean pair cosine the embeddings are already isotropic (a
     /// model trained for cosine similarity): identity.
@@ -203,6 +231,15 @@ pub mod rule {
     /// above which the anisotropy is "spectral": the common direction is also
     /// the main axis of variation (static, frequency-driven embeddings).
     pub const ALIGN_SPECTRAL: f64 = 0.20;
+    /// The spectral branch also needs a cone at least this narrow (mean pair
+    /// cosine): a fine-tuned model's contextual layers can have their common
+    /// direction along the main axes too (all-mpnet-base-v2 first-last-avg,
+    /// STS15: share 0.283 at mean cosine 0.136), and whitening them costs.
+    pub const SPECTRAL_COSINE: f64 = 0.20;
+    /// ... or row norms at least this unequal ([`AutoStats::norm_cv`]):
+    /// uSIF-weighted static averages are a wide cone (mean pair cosine
+    /// about 0.15) whose norms still vary as a static average's do.
+    pub const SPECTRAL_NORM_CV: f64 = 0.14;
     /// Soft whitening strength for spectral anisotropy.
     pub const ALPHA_SPECTRAL: f64 = 0.5;
     /// Shrinkage used with [`ALPHA_SPECTRAL`].
@@ -238,9 +275,13 @@ fn identity(reason: String) -> Decision {
 /// The `auto` rule, from the statistics alone:
 /// 1. mean pair cosine < [`rule::ISOTROPIC_COSINE`]: identity;
 /// 2. else, mean vector share in the top-10 principal subspace >=
-///    [`rule::ALIGN_SPECTRAL`]: drop [`rule::DROP_SPECTRAL`] leading
+///    [`rule::ALIGN_SPECTRAL`]: if the mean pair cosine is also >=
+///    [`rule::SPECTRAL_COSINE`] or the row-norm variation >=
+///    [`rule::SPECTRAL_NORM_CV`], drop [`rule::DROP_SPECTRAL`] leading
 ///    directions and soft-whiten the rest ([`rule::ALPHA_SPECTRAL`],
-///    [`rule::SHRINK_SPECTRAL`]);
+///    [`rule::SHRINK_SPECTRAL`]); else identity (a wide cone of even norms
+///    whose common direction follows the main axes: a fine-tuned model's
+///    layers);
 /// 3. else, mean pair cosine >= [`rule::NARROW_COSINE`]: soft-whiten with
 ///    [`rule::ALPHA_NARROW`] and blend the raw direction back in with weight
 ///    [`rule::BLEND_NARROW`];
@@ -253,6 +294,20 @@ pub fn decide(s: &AutoStats) -> Decision {
             rule::ISOTROPIC_COSINE
         ));
     }
+    let static_like = cos >= rule::SPECTRAL_COSINE || s.norm_cv >= rule::SPECTRAL_NORM_CV;
+    if s.mean_top10_align >= rule::ALIGN_SPECTRAL && !static_like {
+        return identity(format!(
+            "mean pair cosine {cos:.3} in [{}, {}) and row-norm variation {:.3} < {} with the common \
+             direction in the top principal directions (share {:.3} >= {}): a wide cone of \
+             even norms, as a fine-tuned model's layers make; whitening would most likely cost",
+            rule::ISOTROPIC_COSINE,
+            rule::SPECTRAL_COSINE,
+            s.norm_cv,
+            rule::SPECTRAL_NORM_CV,
+            s.mean_top10_align,
+            rule::ALIGN_SPECTRAL
+        ));
+    }
     let (action, alpha, shrink, drop, blend, why) = if s.mean_top10_align >= rule::ALIGN_SPECTRAL {
         (
             "soft-whiten",
@@ -261,10 +316,20 @@ pub fn decide(s: &AutoStats) -> Decision {
             rule::DROP_SPECTRAL,
             0.0,
             format!(
-                "the common direction lies in the top principal directions (share {:.3} >= {}): \
-                 remove the leading directions and whiten the rest",
+                "the common direction lies in the top principal directions (share {:.3} >= {}) \
+                 of {}: static, frequency-driven embeddings; remove the leading directions and \
+                 whiten the rest",
                 s.mean_top10_align,
-                rule::ALIGN_SPECTRAL
+                rule::ALIGN_SPECTRAL,
+                if cos >= rule::SPECTRAL_COSINE {
+                    format!("a narrow cone ({cos:.3} >= {})", rule::SPECTRAL_COSINE)
+                } else {
+                    format!(
+                        "a wide cone of uneven norms (row-norm variation {:.3} >= {})",
+                        s.norm_cv,
+                        rule::SPECTRAL_NORM_CV
+                    )
+                }
             ),
         )
     } else if cos >= rule::NARROW_COSINE {

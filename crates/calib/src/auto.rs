@@ -3,7 +3,8 @@
 //! soft whitening (optionally without the leading directions, or blended
 //! with the raw direction) to full whitening, and records the decision and
 //! the statistics behind it in its file header. Files of an earlier rule
-//! (`auto-v1`) load and apply as they were fitted.
+//! (`auto-v1`, `auto-v2`) load and apply as they were fitted: the header
+//! keeps the rule's version and decision, the tensors the transform.
 
 use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
@@ -16,7 +17,7 @@ use crate::softwhiten::{Eigen, SoftWhitening};
 use crate::Calibrator;
 
 /// Version of the decision rule, stored in every `auto` file.
-pub const AUTO_RULE: &str = "auto-v2";
+pub const AUTO_RULE: &str = "auto-v3";
 
 /// A fitted `auto` calibrator: the decision, the statistics it was taken
 /// from, and the soft whitening it chose (none for the identity).
@@ -88,10 +89,13 @@ impl Calibrator for Auto {
     }
     fn describe(&self) -> String {
         format!(
-            "auto ({}: {}; mean cosine {:.3}, top-10 variance share {:.3}, effective rank ratio {:.3})",
+            "auto ({}: {}; mean cosine {:.3}, mean-vector share top-10 {:.3}, row-norm variation {:.3}, \
+             top-10 variance share {:.3}, effective rank ratio {:.3})",
             self.rule,
             self.decision.summary(),
             self.stats.mean_cosine,
+            self.stats.mean_top10_align,
+            self.stats.norm_cv,
             self.stats.top10_share,
             self.stats.eff_rank_ratio
         )

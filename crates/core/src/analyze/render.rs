@@ -178,13 +178,14 @@ pub fn advice_text(r: &PoolingResult) -> String {
     format!(
         "Should I calibrate? ({} fit embeddings of {} dimensions, rule {})\n  \
          mean pair cosine {:.4}; mean-vector share in the top-10 directions {:.4}; \
-         variance share top-10 {:.4}; effective rank / rank {:.3}\n  \
+         row-norm variation {:.4}; variance share top-10 {:.4}; effective rank / rank {:.3}\n  \
          auto would apply: {}; expected effect of calibrating: {}\n  {}\n",
         st.n,
         st.dim,
         bertflow_calib::AUTO_RULE,
         st.mean_cosine,
         st.mean_top10_align,
+        st.norm_cv,
         st.top10_share,
         st.eff_rank_ratio,
         a.decision.summary(),
