@@ -41,3 +41,18 @@ macro_rules! targets {
 }
 
 targets!(calib, matrix, index, ann, moments, server);
+
+/// The server's seeds reach the handlers: the valid ones are answered 200
+/// (so the fuzzer mutates requests that get past the JSON extractor).
+#[test]
+fn server_seeds_are_answered() {
+    let seeds = bertflow_fuzzkit::targets::server::seeds();
+    let ok = seeds
+        .iter()
+        .filter(|s| {
+            let (status, _) = bertflow_fuzzkit::targets::server::post(s).expect("an answer");
+            status.is_success()
+        })
+        .count();
+    assert!(ok >= 10, "{ok} of {} seeds answered 200", seeds.len());
+}

@@ -150,11 +150,25 @@ pub fn seeds() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Posts `data` (after the mode byte) to the endpoint the mode names.
+/// Posts `data` (after the mode byte) to the endpoint the mode names and
+/// checks the answer.
 pub fn run(data: &[u8]) {
-    let Some((&mode, rest)) = data.split_first() else {
+    let Some((status, bytes)) = post(data) else {
         return;
     };
+    assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR, "{bytes:?}");
+    let json: serde_json::Value = serde_json::from_slice(&bytes).expect("a JSON answer");
+    if !status.is_success() {
+        assert!(
+            json["error"]["message"].is_string(),
+            "error not in the API's shape: {status} {json}"
+        );
+    }
+}
+
+/// The status and body of the answer to `data` (`None` for an empty input).
+pub fn post(data: &[u8]) -> Option<(StatusCode, axum::body::Bytes)> {
+    let (&mode, rest) = data.split_first()?;
     let endpoint = ENDPOINTS[usize::from(mode & 3)];
     let mut request = Request::post(endpoint).header("content-type", "application/json");
     let body = if mode & 4 == 4 {
@@ -168,7 +182,7 @@ pub fn run(data: &[u8]) {
     };
     let request = request.body(Body::from(body.to_vec())).expect("a request");
     let server = server();
-    let (status, bytes) = server.runtime.block_on(async {
+    Some(server.runtime.block_on(async {
         let response = server
             .router
             .clone()
@@ -180,13 +194,5 @@ pub fn run(data: &[u8]) {
             .await
             .expect("reading the response");
         (status, bytes)
-    });
-    assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR, "{bytes:?}");
-    let json: serde_json::Value = serde_json::from_slice(&bytes).expect("a JSON answer");
-    if !status.is_success() {
-        assert!(
-            json["error"]["message"].is_string(),
-            "error not in the API's shape: {status} {json}"
-        );
-    }
+    }))
 }
