@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
 cargo test --release --locked -p bertflow --test sts_scores --test auto_scores -- --ignored "$@"
+# Fuzzing: every reader of outside bytes under the stable byte-mutation harness,
+# BERTFLOW_FUZZ_ITERS inputs (default 20,000) or BERTFLOW_FUZZ_SECS seconds
+# (default 60) per target (benchmarks/fuzz.md; the cargo-fuzz targets are in fuzz/).
+cargo test --release --locked -p bertflow-fuzzkit --test fuzz -- --ignored "$@"
 # int8 encoder: mean cosine to fp32 >= 0.99 over the unique sentences of STS-B test.
 cargo test --release --locked -p bertflow-encoder --test int8 -- --ignored "$@"
 # Headless Chromium (Debian's package) opens the playground and the report; the tests

@@ -425,6 +425,13 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
             .map(|t| t.shape().iter().product::<usize>())
             .map_err(|_| err(format!("missing tensor {WEIGHTING_TENSOR:?}")))?;
         wm.weights = reader.f32(WEIGHTING_TENSOR, &[len])?;
+        // What `save` refuses to write is refused on reading too.
+        let bad = |v: f32| !(v.is_finite() && v >= 0.0);
+        if wm.weights.is_empty() || wm.weights.iter().any(|&v| bad(v)) || bad(wm.unseen) {
+            return Err(err(format!(
+                "tensor {WEIGHTING_TENSOR:?}: the token weighting needs finite, non-negative weights"
+            )));
+        }
     }
     reader.finish()?;
     if meta.input_dim != fitted.input_dim() {

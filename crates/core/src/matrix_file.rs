@@ -52,7 +52,19 @@ impl MatrixReader {
         } else {
             npy_header(&mut file, path)?
         };
-        let need = data_offset + (rows * cols * dtype.size()) as u64;
+        // Checked: a header may announce any shape (the product of two
+        // usizes wraps, and then a short file would pass for a whole one).
+        let need = rows
+            .checked_mul(cols)
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .and_then(|n| u64::try_from(n).ok())
+            .and_then(|n| n.checked_add(data_offset));
+        let Some(need) = need else {
+            bail!(
+                "{}: the header announces {rows} x {cols} values, more than any file can hold",
+                path.display()
+            );
+        };
         if len < need {
             bail!(
                 "{}: truncated: the header announces {rows} x {cols} values ({need} bytes with the header), the file has {len} bytes",
@@ -351,7 +363,10 @@ fn safetensors_header(file: &mut File, path: &Path) -> Result<(usize, usize, Dty
     let start = t["data_offsets"][0]
         .as_u64()
         .ok_or_else(|| bad(path, format!("tensor {name}: no data_offsets")))?;
-    Ok((shape[0], shape[1], dtype, 8 + n + start))
+    let offset = (8 + n)
+        .checked_add(start)
+        .ok_or_else(|| bad(path, format!("tensor {name}: data_offsets out of range")))?;
+    Ok((shape[0], shape[1], dtype, offset))
 }
 
 /// Writes a float32 `.npy` file row chunk by row chunk; the shape is known up front.

@@ -436,6 +436,14 @@ impl Ann {
                 )));
             }
         }
+        let expected = crate::ann_check::Expected {
+            rows: index.len(),
+            points: usize::try_from(meta.count).unwrap_or(usize::MAX),
+            m: meta.params.m,
+            ef_construction: meta.params.ef_construction,
+        };
+        crate::ann_check::check_dump(&graph, &data, expected)
+            .map_err(|reason| IndexError::Corrupt(format!("{}: {reason}", graph.display())))?;
         let dir = files.dir();
         let basename = files.base(meta.generation);
         // The loaded graph borrows from its loader for its whole life: one small

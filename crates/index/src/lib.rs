@@ -13,6 +13,7 @@
 //! the index (see [`ann`]).
 
 pub mod ann;
+mod ann_check;
 pub mod format;
 mod locate;
 mod reader;

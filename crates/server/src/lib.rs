@@ -149,10 +149,59 @@ use index::CorpusIndex;
 /// backend; connections arriving meanwhile wait in the listener's backlog.
 pub async fn serve(
     backend: Arc<dyn EmbedBackend>,
-    mut config: ServerConfig,
+    config: ServerConfig,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let state = start(backend, config).await?;
+    let served = axum::serve(listener, api::router(Arc::clone(&state)))
+        .with_graceful_shutdown(shutdown)
+        .await;
+
+    // Every connection is closed, so every request has been answered: the
+    // queue is empty. Stop the workers and wait for them.
+    let stopping = Arc::clone(&state);
+    let joined = tokio::task::spawn_blocking(move || stopping.batcher.shutdown()).await;
+    served?;
+    joined.map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+    Ok(())
+}
+
+/// The server without a listener: its router, to drive requests through
+/// in-process (`tower::ServiceExt::oneshot`), e.g. in tests and fuzzing.
+/// The batcher's workers run until [`App::shutdown`] (or the process ends).
+pub struct App {
+    state: Arc<AppState>,
+}
+
+impl App {
+    /// Checks `config` and the backend and embeds the corpus, as [`serve`]
+    /// does before accepting connections.
+    pub async fn new(
+        backend: Arc<dyn EmbedBackend>,
+        config: ServerConfig,
+    ) -> Result<Self, ServerError> {
+        Ok(App {
+            state: start(backend, config).await?,
+        })
+    }
+
+    /// Every route, as [`serve`] serves them.
+    pub fn router(&self) -> axum::Router {
+        api::router(Arc::clone(&self.state))
+    }
+
+    /// Stops the batcher's workers (requests still queued are answered first).
+    pub fn shutdown(&self) {
+        self.state.batcher.shutdown();
+    }
+}
+
+/// Validates, embeds the corpus and starts the batcher: the state `serve` serves.
+async fn start(
+    backend: Arc<dyn EmbedBackend>,
+    mut config: ServerConfig,
+) -> Result<Arc<AppState>, ServerError> {
     config.validate()?;
     let info = backend.info();
     if info.dimension == 0 || info.max_len == 0 {
@@ -205,7 +254,7 @@ pub async fn serve(
         config.workers,
         Arc::clone(&metrics),
     )?;
-    let state = Arc::new(AppState {
+    Ok(Arc::new(AppState {
         backend,
         info,
         config,
@@ -213,19 +262,7 @@ pub async fn serve(
         index,
         metrics,
         request_ids: access::RequestIds::default(),
-    });
-
-    let served = axum::serve(listener, api::router(Arc::clone(&state)))
-        .with_graceful_shutdown(shutdown)
-        .await;
-
-    // Every connection is closed, so every request has been answered: the
-    // queue is empty. Stop the workers and wait for them.
-    let stopping = Arc::clone(&state);
-    let joined = tokio::task::spawn_blocking(move || stopping.batcher.shutdown()).await;
-    served?;
-    joined.map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
-    Ok(())
+    }))
 }
 
 /// Bind `host:port` and [`serve`] until SIGTERM or Ctrl-C (see

@@ -1,0 +1,5 @@
+#![no_main]
+//! See bertflow_fuzzkit::targets::calib.
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| bertflow_fuzzkit::targets::calib::run(data));
