@@ -72,14 +72,6 @@ impl DurableError {
             source,
         }
     }
-
-    /// Whether the cause was a full disk (`ENOSPC` or `EDQUOT`).
-    pub fn is_disk_full(&self) -> bool {
-        matches!(
-            self.source.kind(),
-            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-        )
-    }
 }
 
 /// Abort the process here if [`CRASH_ENV`] lists `name` (tests only; the
@@ -174,11 +166,6 @@ impl AtomicFile {
         })
     }
 
-    /// The path this file will replace.
-    pub fn path(&self) -> &Path {
-        &self.target
-    }
-
     /// Flush, fsync, rename over the target and fsync its directory. On error
     /// the temporary file is removed and the target is untouched.
     pub fn commit(self) -> Result<(), DurableError> {
@@ -225,20 +212,6 @@ pub fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), DurableError> {
     file.write_all(bytes.as_ref())
         .map_err(DurableError::new("write", path))?;
     file.commit()
-}
-
-/// Write `path` atomically from a function that streams into it; `fill`'s
-/// I/O errors are reported against `path`.
-pub fn write_with<E>(
-    path: &Path,
-    fill: impl FnOnce(&mut AtomicFile) -> Result<(), E>,
-) -> Result<(), E>
-where
-    E: From<DurableError>,
-{
-    let mut file = AtomicFile::create(path)?;
-    fill(&mut file)?;
-    file.commit().map_err(E::from)
 }
 
 /// Wrap an I/O error from writing `path` (for callers that stream with
