@@ -1,7 +1,8 @@
 //! `bertflow index build|add|ann|info|verify` and `serve --index` end to end with the
 //! real model: the index answers /search exactly as `serve --corpus` does, appends
 //! keep the old sentences, an index of another pooling is refused at start-up, a
-//! damaged file is caught by `index verify` and `serve --index-verify`, the HNSW
+//! damaged file is caught by `index verify` and `serve --index-verify`, a torn end
+//! opens in the last complete state, the HNSW
 //! graph is stored and used, and the playground page is served.
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -260,8 +261,19 @@ fn index_build_serve_add_verify_and_refuse() {
         .unwrap();
     assert!(err.contains("checksum mismatch"), "{err}");
     drop(Server::start(&["--index", idx_s]).unwrap());
-    // A truncated file is refused at once.
+    // A torn end (what an interrupted `index add` leaves): the index opens in its
+    // last complete state, the 8 sentences of the build, and says so.
     std::fs::write(&idx, &bytes[..bytes.len() - 3]).unwrap();
+    let s = Server::start(&["--index", idx_s]).unwrap();
+    let info: Value = serde_json::from_str(&s.get("/info").1).unwrap();
+    assert_eq!(info["corpus_size"], 8);
+    drop(s);
+    let out = bertflow(&["index", "info", "--index", idx_s]);
+    assert!(ok(&out).contains(": 8 sentences"));
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(note.contains("interrupted `index add`"), "{note}");
+    // A file with no complete state at all is refused at once.
+    std::fs::write(&idx, &bytes[..1000]).unwrap();
     let err = Server::start(&["--index", idx_s]).err().unwrap();
     assert!(err.contains("corrupt index"), "{err}");
 }
