@@ -122,3 +122,40 @@ impl WeightingArgs {
 pub fn parse_weighting(s: &str) -> Result<WeightingSpec, String> {
     s.parse::<WeightingSpec>().map_err(|e| e.to_string())
 }
+
+/// What makes the vectors: the model, the pooling and an optional calibrator
+/// (shared by `index build/add/verify` and `export`).
+#[derive(Args, Debug)]
+pub struct VectorArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Pooling; see `bertflow poolings`.
+    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    pub pooling: Pooling,
+    /// Calibrator file (from `bertflow fit`) applied to every vector.
+    #[arg(long, value_name = "FILE")]
+    pub calibrator: Option<PathBuf>,
+    /// Allow a calibrator fitted on another model or pooling (never another dimension).
+    #[arg(long)]
+    pub allow_mismatch: bool,
+}
+
+impl VectorArgs {
+    /// Load the model and the calibrator, and check that they fit together.
+    pub fn load(&self) -> Result<(Embedder, Option<bertflow_core::LoadedCalibrator>)> {
+        let calibrator = self
+            .calibrator
+            .as_deref()
+            .map(|p| bertflow_core::LoadedCalibrator::open(p, self.allow_mismatch))
+            .transpose()?;
+        let embedder = self.model.load()?;
+        if let Some(c) = &calibrator {
+            c.check(
+                &embedder.encoder,
+                &self.pooling,
+                &*crate::progress::handle(),
+            )?;
+        }
+        Ok((embedder, calibrator))
+    }
+}

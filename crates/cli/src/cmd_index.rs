@@ -4,13 +4,11 @@
 //! The corpus is embedded once (with the model, pooling and calibrator given) and written
 //! to one checksummed file (bertflow-index) that `serve --index` memory-maps at start-up;
 //! `--ann` also stores an HNSW graph next to it. The work is in `bertflow_core::indexing`.
-use crate::args::{parse_pooling, ModelArgs};
+use crate::args::VectorArgs;
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::indexing::{build_ann, embed_into_index, index_identity};
 use bertflow_core::io::{read_sentences, EmptyLines};
-use bertflow_core::LoadedCalibrator;
-use bertflow_encoder::Pooling;
 use bertflow_index::{AnnFiles, AnnParams, Index, IndexWriter};
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
@@ -53,28 +51,18 @@ pub struct VerifyArgs {
     /// with the model, pooling and calibrator given here (those it was built with).
     #[arg(long)]
     pub repair: bool,
+    /// The settings the index was built with (read only to rebuild a footer).
     #[command(flatten)]
-    pub model: ModelArgs,
-    /// Pooling the index was built with (only for rebuilding a footer).
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
-    pub pooling: Pooling,
-    /// Calibrator the index was built with (only for rebuilding a footer).
-    #[arg(long, value_name = "FILE")]
-    pub calibrator: Option<PathBuf>,
+    pub vectors: VectorArgs,
 }
 
 impl VerifyArgs {
     /// The identity these settings give (loads the model).
     fn identity(&self) -> Result<bertflow_index::Identity> {
-        let calibrator = self
-            .calibrator
-            .as_deref()
-            .map(|p| LoadedCalibrator::open(p, true))
-            .transpose()?;
-        let embedder = self.model.load()?;
+        let (embedder, calibrator) = self.vectors.load()?;
         Ok(index_identity(
             &embedder.encoder,
-            &self.pooling,
+            &self.vectors.pooling,
             calibrator.as_ref(),
         )?)
     }
@@ -86,7 +74,7 @@ fn repair(v: &VerifyArgs) -> Result<()> {
         Err(bertflow_index::IndexError::Corrupt(reason)) => {
             eprintln!(
                 "{reason}\nrebuilding the footer with the settings given (model {}, pooling {})",
-                v.model.model, v.pooling
+                v.vectors.model.model, v.vectors.pooling
             );
             bertflow_index::repair(&v.index, Some(&v.identity()?))?
         }
@@ -123,16 +111,7 @@ fn note_recovery(index: &Index) {
 #[derive(Args, Debug)]
 pub struct EmbedSettings {
     #[command(flatten)]
-    pub model: ModelArgs,
-    /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
-    pub pooling: Pooling,
-    /// Calibrator file (from `bertflow fit`) applied to every vector.
-    #[arg(long, value_name = "FILE")]
-    pub calibrator: Option<PathBuf>,
-    /// Allow a calibrator fitted on another model or pooling (never another dimension).
-    #[arg(long)]
-    pub allow_mismatch: bool,
+    pub vectors: VectorArgs,
     /// Sentences: one per line, or JSONL with a "text" field (.jsonl/.ndjson or
     /// --corpus-jsonl). Empty lines are skipped.
     #[arg(long, value_name = "FILE")]
@@ -205,26 +184,19 @@ fn embed(
     s: &EmbedSettings,
     writer: impl FnOnce(&bertflow_index::Identity) -> Result<IndexWriter>,
 ) -> Result<(usize, u64)> {
-    let calibrator = s
-        .calibrator
-        .as_deref()
-        .map(|p| LoadedCalibrator::open(p, s.allow_mismatch))
-        .transpose()?;
     let texts = read_sentences(&s.corpus, s.corpus_jsonl, EmptyLines::Skip)
         .context("cannot read the corpus")?
         .texts;
     if texts.is_empty() {
         anyhow::bail!("the corpus {} holds no sentence", s.corpus.display());
     }
-    let embedder = s.model.load()?;
-    if let Some(c) = &calibrator {
-        c.check(&embedder.encoder, &s.pooling, &*progress::handle())?;
-    }
-    let identity = index_identity(&embedder.encoder, &s.pooling, calibrator.as_ref())?;
+    let (embedder, calibrator) = s.vectors.load()?;
+    let pooling = &s.vectors.pooling;
+    let identity = index_identity(&embedder.encoder, pooling, calibrator.as_ref())?;
     let mut writer = writer(&identity)?;
     let added = embed_into_index(
         &embedder,
-        &s.pooling,
+        pooling,
         calibrator.as_ref(),
         &texts,
         s.chunk,

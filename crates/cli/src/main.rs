@@ -64,7 +64,15 @@ enum Command {
     /// the analyses and figures.
     Report(cmd_report::ReportArgs),
     /// Write a calibrated model as a sentence-transformers directory
-    /// (SentenceTransformer(dir).encode gives the calibrated vectors, no bertflow needed).
+    /// (SentenceTransformer(dir).encode gives the calibrated vectors).
+    ///
+    /// last-avg and cls become sentence-transformers' Pooling; other poolings (not
+    /// `pooler`) are computed by bertflow's module from the hidden states. An affine
+    /// calibrator (none, sn, whiten, natsv, sn+natsv, softwhiten or auto without blend)
+    /// becomes a Dense module: the directory then loads without bertflow. The flow and
+    /// blends become bertflow's module (bertflow.st.Calibrator), which needs bertflow
+    /// where the model is loaded (and trust_remote_code=True in sentence-transformers 5+).
+    /// Token weighting is not exported.
     Export(cmd_export::ExportArgs),
     /// Serve embeddings, similarity and search over HTTP (OpenAI-compatible).
     Serve(cmd_serve::ServeArgs),
