@@ -3,17 +3,10 @@
 
 use std::sync::Arc;
 
-use bertflow_index::{Ann, AnnFiles, AnnParams, Identity, Index, IndexError, IndexWriter};
+mod common;
 
-fn identity(dimension: usize) -> Identity {
-    Identity {
-        model: "m@f".into(),
-        pooling: "last-avg".into(),
-        calibrator: None,
-        dimension,
-        precision: "fp32".into(),
-    }
-}
+use bertflow_index::{Ann, AnnFiles, AnnParams, Index, IndexError, IndexWriter};
+use common::identity;
 
 /// Clustered vectors (splitmix64): `n` rows around 20 random centres.
 fn clustered(n: usize, d: usize, seed: u64) -> Vec<f32> {
