@@ -4,12 +4,12 @@
 //! and the model backend (`bertflow_server::model`) live in `bertflow-server`;
 //! this module parses the options, loads the model, calibrator and index, and
 //! starts it.
-use crate::args::{parse_pooling, ModelArgs};
+use crate::args::VectorArgs;
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::LoadedCalibrator;
-use bertflow_encoder::{Encoder, Pooling};
+use bertflow_encoder::Encoder;
 use bertflow_server::model::{IndexOptions, MappedIndex, ModelBackend};
 use bertflow_server::{ApiKeys, EmbedBackend, LogFormat, ServerConfig};
 use clap::Args;
@@ -31,19 +31,10 @@ answers every request already received, and exits 0.";
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct ServeArgs {
+    /// The model, pooling and calibrator; the dimension served is the calibrator's
+    /// output dimension when one is given.
     #[command(flatten)]
-    pub model: ModelArgs,
-    /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
-    pub pooling: Pooling,
-    /// Apply a fitted calibrator (a .safetensors file written by `bertflow fit`) to every
-    /// vector served; the dimension becomes the calibrator's output dimension. It must have
-    /// been fitted on this model and pooling (see --allow-mismatch).
-    #[arg(long, value_name = "FILE")]
-    pub calibrator: Option<PathBuf>,
-    /// Allow a calibrator fitted on another model or pooling (never another dimension).
-    #[arg(long)]
-    pub allow_mismatch: bool,
+    pub vectors: VectorArgs,
     /// Sentences to index for POST /search: one per line, or JSONL with a "text" field
     /// (.jsonl/.ndjson or --corpus-jsonl). Empty lines are skipped. They are embedded at
     /// start-up (with the calibrator, if any) before the server answers requests. Without
@@ -205,13 +196,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
     a.config(None, ApiKeys::none()).validate().context(
         "invalid server limits (see --workers, --max-queue-inputs, --max-inputs-per-request, ...)",
     )?;
-    if a.model.threads.is_some() {
+    if a.vectors.model.threads.is_some() {
         progress::note("note: --threads / BERTFLOW_THREADS does not apply to serve; use --workers");
     }
     let calibrator = a
+        .vectors
         .calibrator
         .as_deref()
-        .map(|p| LoadedCalibrator::open(p, a.allow_mismatch))
+        .map(|p| LoadedCalibrator::open(p, a.vectors.allow_mismatch))
         .transpose()?;
     let corpus = match &a.corpus {
         Some(path) => Some(
@@ -221,12 +213,21 @@ pub fn run(a: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
-    let encoder = Encoder::load_with_precision(&a.model.model, a.model.max_len, a.model.precision)
-        .with_context(|| format!("cannot load model '{}'", a.model.model))?;
+    let encoder = Encoder::load_with_precision(
+        &a.vectors.model.model,
+        a.vectors.model.max_len,
+        a.vectors.model.precision,
+    )
+    .with_context(|| format!("cannot load model '{}'", a.vectors.model.model))?;
     if let Some(c) = &calibrator {
-        c.check(&encoder, &a.pooling, &*progress::handle())?;
+        c.check(&encoder, &a.vectors.pooling, &*progress::handle())?;
     }
-    let backend = ModelBackend::new(encoder, &a.pooling, calibrator, a.model.batch_size)?;
+    let backend = ModelBackend::new(
+        encoder,
+        &a.vectors.pooling,
+        calibrator,
+        a.vectors.model.batch_size,
+    )?;
     let search_index = match &a.index {
         Some(path) => {
             let started = std::time::Instant::now();
