@@ -86,7 +86,12 @@ fn erf(x: f32) -> f32 {
     const A5: f32 = 1.061_405_4;
     let a = x.abs();
     let t = 1.0 / P.mul_add(a, 1.0);
-    let poly = A5.mul_add(t, A4).mul_add(t, A3).mul_add(t, A2).mul_add(t, A1) * t;
+    let poly = A5
+        .mul_add(t, A4)
+        .mul_add(t, A3)
+        .mul_add(t, A2)
+        .mul_add(t, A1)
+        * t;
     let y = (-poly).mul_add(exp_neg(a * a), 1.0);
     // copysign, branch-free
     f32::from_bits(y.to_bits() | (x.to_bits() & 0x8000_0000))
