@@ -119,7 +119,7 @@ impl Calib {
     }
 
     pub fn is_none(&self) -> bool {
-        matches!(self, Calib::Spec(CalibSpec::None, _))
+        matches!(self, Calib::Spec(s, _) if s.is_none())
     }
 }
 
@@ -177,7 +177,7 @@ impl Grid<'_> {
     fn needs_fit(&self) -> bool {
         self.calibs
             .iter()
-            .any(|c| matches!(c, Calib::Spec(s, _) if *s != CalibSpec::None))
+            .any(|c| matches!(c, Calib::Spec(s, _) if !s.is_none()))
     }
 
     /// Encode every sentence set the grid needs in one pass (one pass per
@@ -300,7 +300,7 @@ impl Grid<'_> {
     ) -> Result<Option<Array2<f32>>> {
         let x = &enc.eval[t][p];
         Ok(match calib {
-            Calib::Spec(CalibSpec::None, _) => None,
+            Calib::Spec(spec, _) if spec.is_none() => None,
             Calib::Spec(spec, _) => {
                 let fitted = match (&self.fit_on, shared.as_ref()) {
                     (FitOn::File(_), Some(f)) => f.clone(),
