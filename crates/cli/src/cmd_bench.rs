@@ -92,8 +92,8 @@ pub struct FlowBenchArgs {
     /// Pooling; see `bertflow poolings`.
     #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
     pub pooling: Pooling,
-    /// Calibrator to fit [default: the default flow].
     #[arg(long, default_value = "flow", value_name = "KIND",
+          help = format!("Calibrator to fit [default: the default flow]. {}", crate::cmd_kinds::spec_help()),
           long_help = format!("Calibrator to fit [default: the default flow]. {}", crate::cmd_kinds::spec_long_help()))]
     pub spec: CalibSpec,
     /// Write the fit corpus' embedding matrix (rows in corpus order) to this .npy.

@@ -91,8 +91,8 @@ pub struct EvalArgs {
     pub pooling: Pooling,
     #[command(flatten)]
     pub tasks: TaskArgs,
-    /// Fit a calibrator of this kind per task (see --on).
     #[arg(long, value_name = "KIND", conflicts_with = "calibrator",
+          help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_help()),
           long_help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_long_help()))]
     pub fit: Option<CalibSpec>,
     /// Apply this fitted calibrator (from `bertflow fit`) to every task.

@@ -61,3 +61,52 @@ pub fn list_long_help() -> String {
         registry::help()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use bertflow_calib::registry::KINDS;
+    use clap::CommandFactory;
+
+    /// Every flag that takes calibrator specs lists every kind (`-h`) and
+    /// every kind's options with their ranges (`--help`).
+    #[test]
+    fn every_spec_flag_lists_every_kind() {
+        let cli = crate::Cli::command();
+        let flags = [
+            ("fit", "kind"),
+            ("eval", "fit"),
+            ("compare", "kinds"),
+            ("analyze", "kinds"),
+            ("report", "kinds"),
+            ("bench flow", "spec"),
+        ];
+        for (sub, flag) in flags {
+            let cmd = sub.split(' ').fold(&cli, |c, name| {
+                c.find_subcommand(name).unwrap_or_else(|| panic!("{sub}"))
+            });
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == flag)
+                .unwrap_or_else(|| panic!("{sub} --{flag}"));
+            let short = arg.get_help().expect("help").to_string();
+            let long = arg.get_long_help().expect("long help").to_string();
+            for k in KINDS {
+                assert!(short.contains(k.name), "{sub} --{flag} -h lacks {}", k.name);
+                assert!(
+                    long.contains(&k.synopsis()),
+                    "{sub} --{flag} lacks {}",
+                    k.name
+                );
+                for p in k.params {
+                    assert!(
+                        long.contains(&p.range()),
+                        "{sub} --{flag}: {} {}",
+                        k.name,
+                        p.name
+                    );
+                }
+            }
+        }
+        assert!(cli.find_subcommand("kinds").is_some());
+    }
+}
