@@ -107,7 +107,6 @@ fn average_results(results: Vec<PyRef<'_, PyTaskResult>>) -> Option<(f64, f64, u
 /// An exception raised by `vectors` propagates as it is.
 #[pyfunction]
 fn score_tasks(
-    py: Python<'_>,
     tasks: Vec<PyRef<'_, PyStsTask>>,
     aggregate: &str,
     vectors: Bound<'_, PyAny>,
@@ -127,7 +126,6 @@ fn score_tasks(
             bertflow_core::CoreError::Input(msg)
         })
     });
-    let _ = py;
     match (results, raised.into_inner()) {
         (Ok(rs), _) => Ok(rs
             .into_iter()
