@@ -14,8 +14,8 @@ use super::{BertModel, Layer, Linear};
 use crate::config::HiddenAct;
 use crate::error::{EncoderError, Result};
 use bertflow_kernels::{
-    attention, bias_act, bias_residual_layer_norm, layer_norm, Act, AttnShape, QuantInput,
-    QuantLinear, ShapeError,
+    attention, bias_act, bias_residual_layer_norm, layer_norm, Act, AttnOpts, AttnShape,
+    QuantInput, QuantLinear, ShapeError,
 };
 use candle_core::{CpuStorage, Storage, Tensor};
 use gemm::Parallelism;
@@ -250,7 +250,7 @@ impl Layer {
         } = ws;
         self.qkv.forward_act_host(x, Act::None, qkv, par, qin)?;
         ctx.resize(x.len(), 0.0);
-        attention(qkv, lens, shape, ctx, scores).map_err(kernel_err)?;
+        attention(qkv, lens, shape, AttnOpts::default(), ctx, scores).map_err(kernel_err)?;
         self.attn_out
             .forward_residual_ln_host(ctx, x, &self.attn_ln, h1, par, qin)?;
         let inter_act = match act {
