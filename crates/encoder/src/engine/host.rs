@@ -285,6 +285,7 @@ impl Embeddings {
                     row.iter_mut().zip(tt).for_each(|(o, &c)| *o += c);
                 }
                 let p = match self.positions {
+                    Positions::None => continue,
                     Positions::FromZero => i,
                     Positions::AfterPadding { padding_idx } if id == padding_idx => padding_idx,
                     Positions::AfterPadding { padding_idx } => {
