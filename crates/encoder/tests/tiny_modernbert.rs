@@ -44,14 +44,15 @@ fn texts(golden: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-/// Every pooling of every case, the whole batch in one padded forward pass.
-fn encode_all(enc: &Encoder, texts: &[String]) -> Vec<Vec<Vec<f32>>> {
+/// Every pooling of every case, in batches of `batch_size` (8: the whole batch
+/// in one padded forward pass; 1: each sentence alone, unpadded).
+fn encode_in(enc: &Encoder, texts: &[String], batch_size: usize) -> Vec<Vec<Vec<f32>>> {
     let sources: Vec<_> = POOLINGS
         .iter()
         .map(|n| enc.source(&n.parse::<Pooling>().unwrap()).unwrap())
         .collect();
     let opts = EncodeOptions {
-        batch_size: 8,
+        batch_size,
         threads: 1,
     };
     let out = enc.encode(texts, &sources, &opts, &|_| {}).unwrap();
@@ -60,6 +61,10 @@ fn encode_all(enc: &Encoder, texts: &[String]) -> Vec<Vec<Vec<f32>>> {
         .iter()
         .map(|m| m.rows().into_iter().map(|r| r.to_vec()).collect())
         .collect()
+}
+
+fn encode_all(enc: &Encoder, texts: &[String]) -> Vec<Vec<Vec<f32>>> {
+    encode_in(enc, texts, 8)
 }
 
 #[test]
@@ -116,19 +121,20 @@ fn every_hidden_state_matches_transformers_in_a_padded_batch() {
 }
 
 #[test]
-fn poolings_match_transformers_fp32() {
+fn poolings_match_transformers_fp32_padded_or_not() {
     let golden = golden();
     let enc = Encoder::load(DIR, None).unwrap();
-    let got = encode_all(&enc, &texts(&golden));
-    for (p, name) in POOLINGS.iter().enumerate() {
-        for (r, want) in golden["poolings"][name]
-            .as_array()
-            .unwrap()
-            .iter()
-            .enumerate()
-        {
-            let d = max_abs(&got[p][r], &floats(want));
-            assert!(d < 1e-5, "{name} of case {r}: max abs diff {d}");
+    for batch_size in [8, 1] {
+        let got = encode_in(&enc, &texts(&golden), batch_size);
+        for (p, name) in POOLINGS.iter().enumerate() {
+            let cases = golden["poolings"][name].as_array().unwrap();
+            for (r, want) in cases.iter().enumerate() {
+                let d = max_abs(&got[p][r], &floats(want));
+                assert!(
+                    d < 1e-5,
+                    "{name} of case {r} (batches of {batch_size}): {d}"
+                );
+            }
         }
     }
 }
@@ -170,3 +176,39 @@ fn int8_poolings_are_close_to_transformers() {
 /// fixture is 0.99994 (last-avg); 0.999 leaves a margin of about 15x in 1 - cos
 /// for other int8 kernels (AVX2's 7-bit activations, the portable kernel).
 const INT8_MIN_COS: f64 = 0.999;
+
+#[test]
+fn weights_under_the_model_prefix_load_the_same() {
+    // ModernBertForMaskedLM and the other heads save the encoder as `model.*`.
+    let golden = golden();
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(format!("{DIR}/{f}"), tmp.path().join(f)).unwrap();
+    }
+    let dev = candle_core::Device::Cpu;
+    let tensors = candle_core::safetensors::load(format!("{DIR}/model.safetensors"), &dev).unwrap();
+    let prefixed: std::collections::HashMap<String, candle_core::Tensor> = tensors
+        .into_iter()
+        .map(|(k, v)| (format!("model.{k}"), v))
+        .collect();
+    candle_core::safetensors::save(&prefixed, tmp.path().join("model.safetensors")).unwrap();
+    let enc = Encoder::load(tmp.path().to_str().unwrap(), None).unwrap();
+    let got = encode_all(&enc, &texts(&golden));
+    for (r, want) in golden["poolings"]["cls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let d = max_abs(&got[0][r], &floats(want));
+        assert!(d < 1e-5, "cls of case {r}: max abs diff {d}");
+    }
+    // without the final norm's weights the checkpoint is refused, not guessed
+    let mut partial = prefixed;
+    partial.remove("model.final_norm.weight");
+    candle_core::safetensors::save(&partial, tmp.path().join("model.safetensors")).unwrap();
+    let err = Encoder::load(tmp.path().to_str().unwrap(), None)
+        .err()
+        .expect("a checkpoint without final_norm loads");
+    assert!(err.to_string().contains("final_norm"), "{err}");
+}
