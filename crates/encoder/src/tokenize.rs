@@ -65,11 +65,12 @@ impl TextTokenizer {
         };
         inner.with_padding(None);
         inner.with_truncation(None).map_err(tok_err)?;
-        // The post-processor's closing token: what it appends to an empty text.
+        // The post-processor's closing token: the last of the (at least two) it
+        // puts around an empty text.
         let framed = inner.encode_fast("", true).map_err(tok_err)?;
-        let sep_id = match framed.get_ids().last() {
-            Some(&id) => id,
-            None => inner
+        let sep_id = match framed.get_ids() {
+            [_, .., last] => *last,
+            _ => inner
                 .token_to_id("[SEP]")
                 .or_else(|| inner.token_to_id("</s>"))
                 .ok_or_else(|| tok_err("the tokenizer has no [SEP] or </s> token"))?,

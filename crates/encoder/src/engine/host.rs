@@ -281,9 +281,6 @@ impl Embeddings {
             for (i, (&id, row)) in sent.iter().zip(rows.chunks_exact_mut(h)).enumerate() {
                 let id = id as usize;
                 row.copy_from_slice(&self.word[id * h..(id + 1) * h]);
-                if let Some(tt) = &self.token_type {
-                    row.iter_mut().zip(tt).for_each(|(o, &c)| *o += c);
-                }
                 let p = match self.positions {
                     Positions::None => continue,
                     Positions::FromZero => i,
@@ -298,8 +295,12 @@ impl Embeddings {
                         "forward pass: position {p} outside the table of {n_pos}"
                     )));
                 }
+                // (word + position) + token type: BERT's vectors as before.
                 let pe = &self.position[p * h..(p + 1) * h];
                 row.iter_mut().zip(pe).for_each(|(o, &p)| *o += p);
+                if let Some(tt) = &self.token_type {
+                    row.iter_mut().zip(tt).for_each(|(o, &c)| *o += c);
+                }
             }
         }
         layer_norm(out, &self.ln.w, &self.ln.b, self.ln.eps).map_err(kernel_err)
