@@ -12,7 +12,8 @@ pub struct ModelArgs {
     /// pytorch_model.bin, tokenizer.json or vocab.txt), a sentence-transformers
     /// directory, or a hub id (e.g. bert-base-uncased) found in the local Hugging Face
     /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). config.json's
-    /// model_type: bert, roberta, xlm-roberta, camembert, distilbert or mpnet.
+    /// model_type: bert, roberta, xlm-roberta, camembert, distilbert, mpnet or
+    /// modernbert.
     #[arg(long, short = 'm', env = "BERTFLOW_MODEL", default_value = DEFAULT_MODEL)]
     pub model: String,
     /// Truncate sentences at this many tokens, [CLS] and [SEP] (<s> and </s>)

@@ -1,5 +1,5 @@
 //! bertflow-encoder: load an encoder checkpoint in Hugging Face layout (BERT,
-//! the RoBERTa family, DistilBERT, MPNet) and turn sentences into vectors with
+//! the RoBERTa family, DistilBERT, MPNet, ModernBERT) and turn sentences into vectors with
 //! an unambiguous pooling.
 //!
 //! - [`files`]: find config, weights and tokenizer (directory, sentence-transformers

@@ -69,7 +69,9 @@ fn unknown_model_type_is_refused_with_the_supported_list() {
     let e = err(tmp.path().to_str().unwrap());
     assert!(
         e.contains("model_type 'gpt2' is not supported")
-            && e.contains("supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet"),
+            && e.contains(
+                "supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert"
+            ),
         "{e}"
     );
 }

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 pub mod bert;
 pub mod distilbert;
+pub mod modernbert;
 pub mod mpnet;
 pub mod roberta;
 
@@ -28,6 +29,9 @@ pub enum Architecture {
     DistilBert,
     /// `mpnet`: positions from `padding_idx + 1`, relative position bias.
     MpNet,
+    /// `modernbert`: rotary positions, pre-norm GeGLU layers, local and global
+    /// attention, final norm.
+    ModernBert,
 }
 
 impl Architecture {
@@ -39,6 +43,7 @@ impl Architecture {
         ("camembert", Architecture::Roberta),
         ("distilbert", Architecture::DistilBert),
         ("mpnet", Architecture::MpNet),
+        ("modernbert", Architecture::ModernBert),
     ];
 
     /// The architecture of `model_type`; an error listing the supported ones.
@@ -70,6 +75,7 @@ impl Architecture {
             Architecture::Roberta => roberta::parse_config(model_type, raw),
             Architecture::DistilBert => distilbert::parse_config(model_type, raw),
             Architecture::MpNet => mpnet::parse_config(model_type, raw),
+            Architecture::ModernBert => modernbert::parse_config(model_type, raw),
         }
     }
 
@@ -80,12 +86,16 @@ impl Architecture {
             Architecture::Roberta => &["", "roberta.", "model."],
             Architecture::DistilBert => &["", "distilbert.", "model."],
             Architecture::MpNet => &["", "mpnet.", "model."],
+            Architecture::ModernBert => &["", "model."],
         }
     }
 
     /// The tensor whose presence tells the prefix.
     pub(crate) fn anchor(self) -> &'static str {
-        "embeddings.word_embeddings.weight"
+        match self {
+            Architecture::ModernBert => "embeddings.tok_embeddings.weight",
+            _ => "embeddings.word_embeddings.weight",
+        }
     }
 
     pub(crate) fn load(self, w: &Weights, cfg: &ModelConfig) -> Result<ModelParts> {
@@ -94,6 +104,7 @@ impl Architecture {
             Architecture::Roberta => roberta::load(w, cfg),
             Architecture::DistilBert => distilbert::load(w, cfg),
             Architecture::MpNet => mpnet::load(w, cfg),
+            Architecture::ModernBert => modernbert::load(w, cfg),
         }
     }
 }

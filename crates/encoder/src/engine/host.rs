@@ -282,21 +282,26 @@ impl Embeddings {
                 let id = id as usize;
                 row.copy_from_slice(&self.word[id * h..(id + 1) * h]);
                 let p = match self.positions {
-                    Positions::FromZero => i,
-                    Positions::AfterPadding { padding_idx } if id == padding_idx => padding_idx,
+                    Positions::None => None,
+                    Positions::FromZero => Some(i),
+                    Positions::AfterPadding { padding_idx } if id == padding_idx => {
+                        Some(padding_idx)
+                    }
                     Positions::AfterPadding { padding_idx } => {
                         seen += 1;
-                        padding_idx + seen
+                        Some(padding_idx + seen)
                     }
                 };
-                if p >= n_pos {
-                    return Err(EncoderError::Unsupported(format!(
-                        "forward pass: position {p} outside the table of {n_pos}"
-                    )));
+                if let Some(p) = p {
+                    if p >= n_pos {
+                        return Err(EncoderError::Unsupported(format!(
+                            "forward pass: position {p} outside the table of {n_pos}"
+                        )));
+                    }
+                    // (word + position) + token type: BERT's vectors as before.
+                    let pe = &self.position[p * h..(p + 1) * h];
+                    row.iter_mut().zip(pe).for_each(|(o, &p)| *o += p);
                 }
-                // (word + position) + token type: BERT's vectors as before.
-                let pe = &self.position[p * h..(p + 1) * h];
-                row.iter_mut().zip(pe).for_each(|(o, &p)| *o += p);
                 if let Some(tt) = &self.token_type {
                     row.iter_mut().zip(tt).for_each(|(o, &c)| *o += c);
                 }

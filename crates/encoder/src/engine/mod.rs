@@ -130,9 +130,13 @@ pub(crate) enum Positions {
     /// the count of non-padding tokens up to it included; a padding token reads
     /// `padding_idx`.
     AfterPadding { padding_idx: usize },
+    /// No position table (`position` is empty): the blocks rotate queries and
+    /// keys instead (ModernBERT's rotary embeddings).
+    None,
 }
 
-/// The embedding layer: word + position + token type 0, then LayerNorm.
+/// The embedding layer: word + position (unless [`Positions::None`]) + token
+/// type 0, then LayerNorm.
 pub(crate) struct Embeddings {
     /// `[vocab, hidden]`
     pub(crate) word: Vec<f32>,
