@@ -115,6 +115,17 @@ def main():
         def session(t):
             return OvSession(t)
 
+    import onnx
+
+    # token_type_ids only where the exported model takes them (not MPNet, RoBERTa).
+    with_types = "token_type_ids" in {i.name for i in onnx.load(a.onnx, load_external_data=False).graph.input}
+
+    def feeds(x, mask):
+        f = {"input_ids": x, "attention_mask": mask}
+        if with_types:
+            f["token_type_ids"] = np.zeros_like(x)
+        return f
+
     tok = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
     tok.no_padding()
     tok.no_truncation()
@@ -142,8 +153,7 @@ def main():
                 end += 1
             batch = order[start:end]
             x = np.array([ids[i] for i in batch], dtype=np.int64)
-            h = sess.run(None, {"input_ids": x, "attention_mask": np.ones_like(x),
-                                "token_type_ids": np.zeros_like(x)})[0]
+            h = sess.run(None, feeds(x, np.ones_like(x)))[0]
             m = h.mean(axis=1)
             for k, i in enumerate(batch):
                 rows[i] = m[k]
@@ -160,8 +170,7 @@ def main():
             for k, v in enumerate(ids):
                 x[k, : len(v)] = v
                 mask[k, : len(v)] = 1
-            h = sess.run(None, {"input_ids": x, "attention_mask": mask,
-                                "token_type_ids": np.zeros_like(x)})[0]
+            h = sess.run(None, feeds(x, mask))[0]
             mf = mask[..., None].astype(np.float32)
             outs.append((h * mf).sum(axis=1) / mf.sum(axis=1))
         return np.concatenate(outs)
@@ -170,8 +179,7 @@ def main():
         for s in texts:
             t0 = time.perf_counter()
             x = np.array([tokenize([s])[0]], dtype=np.int64)
-            h = sess.run(None, {"input_ids": x, "attention_mask": np.ones_like(x),
-                                "token_type_ids": np.zeros_like(x)})[0]
+            h = sess.run(None, feeds(x, np.ones_like(x)))[0]
             h.mean(axis=1)
             lat.append(time.perf_counter() - t0)
 

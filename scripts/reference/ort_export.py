@@ -46,17 +46,17 @@ def main():
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
     enc = tok(["A man is playing a guitar.", "Two dogs run."], padding=True, return_tensors="pt")
-    args = (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
+    # token_type_ids only where the model takes them (BERT: yes; MPNet, RoBERTa: no).
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in enc]
+    args = tuple(enc[n] for n in names)
 
     class LastHidden(torch.nn.Module):
         def __init__(self, m):
             super().__init__()
             self.m = m
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
+        def forward(self, *inputs):
+            return self.m(**dict(zip(names, inputs))).last_hidden_state
 
     axes = {0: "batch", 1: "seq"}
     with torch.inference_mode():
@@ -66,20 +66,15 @@ def main():
             LastHidden(model),
             args,
             fp32,
-            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            input_names=names,
             output_names=["last_hidden_state"],
-            dynamic_axes={
-                "input_ids": axes,
-                "attention_mask": axes,
-                "token_type_ids": axes,
-                "last_hidden_state": axes,
-            },
+            dynamic_axes={**{n: axes for n in names}, "last_hidden_state": axes},
             opset_version=a.opset,
             dynamo=False,
         )
     quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8, per_channel=a.per_channel)
 
-    feeds = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
+    feeds = {k: v.numpy() for k, v in zip(names, args)}
     got = ort.InferenceSession(fp32, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     diff = float(np.abs(got - want).max())
     q = ort.InferenceSession(int8, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
