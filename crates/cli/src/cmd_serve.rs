@@ -67,7 +67,16 @@ pub struct ServeArgs {
     /// actually bound is printed to stderr).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// --workers, --max-inputs-per-request, ... (the server's `Limits`).
+    /// Batch workers: threads that each run one batch at a time through the model on one
+    /// core. About one per core is right.
+    #[arg(
+        long,
+        default_value_t = 2,
+        value_name = "N",
+        help_heading = "Server limits"
+    )]
+    pub workers: usize,
+    /// --max-inputs-per-request, --max-batch-size, ... (the server's `Limits`).
     #[command(flatten)]
     pub limits: Limits,
     /// Require 'Authorization: Bearer KEY' on every route except /health (missing or wrong
@@ -140,7 +149,10 @@ impl ServeArgs {
 
     fn config(&self, corpus: Option<Vec<String>>, api_keys: ApiKeys) -> ServerConfig {
         ServerConfig {
-            limits: self.limits.clone(),
+            limits: Limits {
+                workers: self.workers,
+                ..self.limits.clone()
+            },
             corpus,
             search_index: None,
             api_keys,
@@ -204,7 +216,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         info.calibrator.as_deref().unwrap_or("no calibrator"),
         info.dimension,
         info.max_len,
-        a.limits.workers
+        a.workers
     ));
     if a.api_key.is_some() || a.api_key_file.is_some() {
         progress::note("API key required on every route except /health");

@@ -9,7 +9,7 @@ use crate::index::SharedIndex;
 /// Every limit of the server, written once: `ServerConfig::limits`, `GET /info`
 /// (under `limits`) and, with the `clap` feature, the command line's "Server
 /// limits" options (`bertflow serve --max-batch-size ...`). `Limits::default()`
-/// is a sensible CPU set-up (the command line starts 2 workers, the library 1).
+/// is a sensible CPU set-up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct Limits {
@@ -36,17 +36,10 @@ pub struct Limits {
     /// Most inputs in one batch.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_batch_size, value_name = "N", help_heading = "Server limits"))]
     pub max_batch_size: usize,
-    /// Batch workers: threads that each run one batch at a time through the model on one
-    /// core. About one per core is right.
-    #[cfg_attr(
-        feature = "clap",
-        arg(
-            long,
-            default_value_t = 2,
-            value_name = "N",
-            help_heading = "Server limits"
-        )
-    )]
+    /// Worker threads calling the backend, each running one batch at a time
+    /// (the command line's `--workers`, default 2, is its own option, listed
+    /// first).
+    #[cfg_attr(feature = "clap", arg(skip = 1usize))]
     pub workers: usize,
     /// Largest `top_k` accepted by /search. More: 422 invalid_field.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_top_k, value_name = "N", help_heading = "Server limits"))]

@@ -244,13 +244,13 @@ async fn health_and_info() {
     let defaults = ServerConfig::default();
     assert_eq!(
         info["limits"]["max_inputs_per_request"],
-        defaults.max_inputs_per_request
+        defaults.limits.max_inputs_per_request
     );
     assert_eq!(
         info["limits"]["max_batch_tokens"],
-        defaults.max_batch_tokens
+        defaults.limits.max_batch_tokens
     );
-    assert_eq!(info["limits"]["max_body_bytes"], defaults.max_body_bytes);
+    assert_eq!(info["limits"]["max_body_bytes"], defaults.limits.max_body_bytes);
     assert_eq!(info["load"]["queued_inputs"], 0);
     s.stop().await;
 }
