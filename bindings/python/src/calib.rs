@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use bertflow_core::calib::{
-    CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted, EXTERNAL_POOLING,
+    CalibSpec, Calibrator, FitOptions, Fitted, EXTERNAL_POOLING,
 };
 use bertflow_core::matrix_file::matrix_fingerprint;
 use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
