@@ -250,7 +250,10 @@ async fn health_and_info() {
         info["limits"]["max_batch_tokens"],
         defaults.limits.max_batch_tokens
     );
-    assert_eq!(info["limits"]["max_body_bytes"], defaults.limits.max_body_bytes);
+    assert_eq!(
+        info["limits"]["max_body_bytes"],
+        defaults.limits.max_body_bytes
+    );
     assert_eq!(info["load"]["queued_inputs"], 0);
     s.stop().await;
 }
