@@ -375,3 +375,23 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     }
     sum
 }
+
+#[cfg(test)]
+mod tests {
+    use super::top_k;
+
+    #[test]
+    fn top_k_is_best_first_with_ties_to_the_lower_index() {
+        let scored = [(0, 0.5), (1, 0.9), (2, 0.5), (3, -1.0), (4, 0.9), (5, 0.7)];
+        assert_eq!(top_k(scored, 3), vec![(1, 0.9), (4, 0.9), (5, 0.7)]);
+        assert_eq!(
+            top_k(scored, 5),
+            vec![(1, 0.9), (4, 0.9), (5, 0.7), (0, 0.5), (2, 0.5)]
+        );
+        // k over the count: every pair, ranked; k = 0: none.
+        assert_eq!(top_k(scored, 10).len(), 6);
+        assert_eq!(top_k(scored, 10)[5], (3, -1.0));
+        assert!(top_k(scored, 0).is_empty());
+        assert!(top_k(std::iter::empty(), 4).is_empty());
+    }
+}
