@@ -16,7 +16,7 @@ use bertflow_calib::{Calibrator, WeightingMeta};
 use bertflow_encoder::{
     EncodeOptions, Encoder, PoolSource, Pooling, Precision, TokenWeights, WeightingSpec,
 };
-use ndarray::{Array2, ArrayView2};
+use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -286,14 +286,6 @@ impl Pipeline {
         match &self.calibrator {
             Some(c) => c.apply(raw.view()),
             None => Ok(raw),
-        }
-    }
-
-    /// [`Pipeline::calibrate`] on a view.
-    pub fn calibrate_view(&self, raw: ArrayView2<f32>) -> Result<Array2<f32>> {
-        match &self.calibrator {
-            Some(c) => c.apply(raw),
-            None => Ok(raw.to_owned()),
         }
     }
 
