@@ -29,8 +29,8 @@ impl PyFitted {
         label: Option<String>,
     ) -> Self {
         let mut meta = CalibratorMeta::external(label, fingerprint, dim, n);
-        if let CalibSpec::Flow(cfg) = spec {
-            meta = meta.with_seed(cfg.seed);
+        if let Some(seed) = spec.seed() {
+            meta = meta.with_seed(seed);
         }
         PyFitted { fitted, meta }
     }

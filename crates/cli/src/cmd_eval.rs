@@ -86,10 +86,9 @@ pub struct EvalArgs {
     pub vectors: VectorArgs,
     #[command(flatten)]
     pub tasks: TaskArgs,
-    /// Fit a calibrator of this kind per task (see --on), e.g. flow, whiten,
-    /// whiten:k=256, sn, natsv:k=5, sn+natsv:k=5, softwhiten:alpha=0.7,blend=0.5, auto,
-    /// none.
-    #[arg(long, value_name = "KIND", conflicts_with = "calibrator")]
+    #[arg(long, value_name = "KIND", conflicts_with = "calibrator",
+          help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_help()),
+          long_help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_long_help()))]
     pub fit: Option<CalibSpec>,
     #[command(flatten)]
     pub weighting: WeightingArgs,
@@ -115,7 +114,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
     let calib = match (&a.fit, calibrator) {
         (Some(spec), _) => Calib::spec(spec.clone()),
         (None, Some(f)) => Calib::File(Box::new(f)),
-        (None, None) => Calib::spec(CalibSpec::None),
+        (None, None) => Calib::spec(CalibSpec::none()),
     };
     let counts_on_corpus =
         !weighting.is_plain_mean() && weighting.freq_file.is_none() && weighting.fixed.is_none();
