@@ -214,7 +214,7 @@ impl Decision {
     }
 }
 
-/// The constants of the `auto` rule `auto-v3` (see [`decide`]). The four
+/// The constants of the `auto` rule `auto-v4` (see [`decide`]). The
 /// thresholds are midpoints of the gaps between the statistics of the fit
 /// matrices that want different treatments, over two fine-tuned models
 /// (all-MiniLM-L6-v2 and all-mpnet-base-v2; poolings last-avg,
@@ -227,7 +227,11 @@ impl Decision {
 pub mod rule {
     /// Below this mean pair cosine the embeddings are already isotropic (a
     /// model trained for cosine similarity): identity.
-    pub const ISOTROPIC_COSINE: f64 = 0.10;
+    /// `auto-v4`: 0.085, the midpoint of the gap between MiniLM `last-avg`'s
+    /// largest (0.060, SICK-R; its spectral statistics would whiten it) and
+    /// the static averages' smallest (0.108, mpnet `emb-avg` + uSIF, STS14);
+    /// `auto-v3`'s 0.10 sat 0.008 from the latter.
+    pub const ISOTROPIC_COSINE: f64 = 0.085;
     /// Share of the mean vector inside the top-10 principal subspace at or
     /// above which the anisotropy is "spectral": the common direction is also
     /// the main axis of variation (static, frequency-driven embeddings).
@@ -240,7 +244,11 @@ pub mod rule {
     /// ... or row norms at least this unequal ([`AutoStats::norm_cv`]):
     /// uSIF-weighted static averages are a wide cone (mean pair cosine
     /// about 0.15) whose norms still vary as a static average's do.
-    pub const SPECTRAL_NORM_CV: f64 = 0.14;
+    /// `auto-v4`: 0.15, the midpoint of the gap on every sentence of both
+    /// models (fine-tuned at most 0.138, mpnet first-last-avg + uSIF, STS-B;
+    /// static at least 0.162, mpnet emb-avg, STS13); `auto-v3`'s 0.14 sat
+    /// 0.002 above the former.
+    pub const SPECTRAL_NORM_CV: f64 = 0.15;
     /// Soft whitening strength for spectral anisotropy.
     pub const ALPHA_SPECTRAL: f64 = 0.5;
     /// Shrinkage used with [`ALPHA_SPECTRAL`].

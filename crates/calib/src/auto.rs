@@ -17,7 +17,7 @@ use crate::softwhiten::{Eigen, SoftWhitening};
 use crate::Calibrator;
 
 /// Version of the decision rule, stored in every `auto` file.
-pub const AUTO_RULE: &str = "auto-v3";
+pub const AUTO_RULE: &str = "auto-v4";
 
 /// A fitted `auto` calibrator: the decision, the statistics it was taken
 /// from, and the soft whitening it chose (none for the identity).
