@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted, EXTERNAL_POOLING};
+use bertflow_core::calib::{CalibSpec, Calibrator, FitOptions, Fitted, EXTERNAL_POOLING};
 use bertflow_core::matrix_file::matrix_fingerprint;
 use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -10,36 +10,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::encoder::PyEncoder;
 use crate::errors;
-
-/// A fitted calibrator with its file metadata (see `bertflow.Calibrator`).
-#[pyclass(module = "bertflow._bertflow", name = "Fitted", frozen)]
-pub struct PyFitted {
-    fitted: Fitted,
-    meta: CalibratorMeta,
-}
-
-impl PyFitted {
-    /// The token weighting recorded in the file, if any.
-    pub(crate) fn weighting_meta(&self) -> Option<&bertflow_calib::WeightingMeta> {
-        self.meta.weighting.as_ref()
-    }
-
-    /// A fitted calibrator of external embeddings (`n` rows of `dim`
-    /// columns, input `fingerprint`), as `fit` records it.
-    pub(crate) fn external(
-        fitted: Fitted,
-        spec: &CalibSpec,
-        (n, dim): (usize, usize),
-        fingerprint: String,
-        label: Option<String>,
-    ) -> Self {
-        let mut meta = CalibratorMeta::external(label, fingerprint, dim, n);
-        if let Some(seed) = spec.seed() {
-            meta = meta.with_seed(seed);
-        }
-        PyFitted { fitted, meta }
-    }
-}
+pub(crate) use crate::fitted::PyFitted;
 
 pub(crate) fn parse_spec(spec: &str) -> PyResult<CalibSpec> {
     spec.parse().map_err(errors::calib)
@@ -56,7 +27,7 @@ fn spec_info(spec: &str) -> PyResult<(String, String, String)> {
 /// The registry of calibrator kinds as JSON (`bertflow kinds --json`).
 #[pyfunction]
 fn kinds() -> String {
-    bertflow_calib::registry::to_json().to_string()
+    bertflow_core::calib::registry::to_json().to_string()
 }
 
 /// Fits `spec` on the rows of `x` (GIL released). The file metadata records
@@ -75,7 +46,7 @@ fn fit(
     let (fitted, fingerprint) = py
         .detach(|| {
             let fp = matrix_fingerprint(n, d, x.iter().copied());
-            bertflow_calib::fit(&spec, x, &mut FitOptions::new()).map(|f| (f, fp))
+            bertflow_core::calib::fit(&spec, x, &mut FitOptions::new()).map(|f| (f, fp))
         })
         .map_err(errors::calib)?;
     Ok(PyFitted::external(
@@ -91,7 +62,7 @@ fn fit(
 #[pyfunction]
 fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyFitted> {
     let (fitted, meta) = py
-        .detach(|| bertflow_calib::load(&path))
+        .detach(|| bertflow_core::calib::load(&path))
         .map_err(errors::calib)?;
     Ok(PyFitted { fitted, meta })
 }
@@ -230,12 +201,12 @@ impl PyFitted {
 }
 
 /// "Should I calibrate?" for the rows of `x` (GIL released): the JSON of
-/// `bertflow_calib::Advice` (stats, decision, expected, message).
+/// `bertflow_core::calib::Advice` (stats, decision, expected, message).
 #[pyfunction]
 fn advise(py: Python<'_>, x: PyReadonlyArray2<'_, f32>) -> PyResult<String> {
     let x = x.as_array();
     let advice = py
-        .detach(|| bertflow_calib::advise(x))
+        .detach(|| bertflow_core::calib::advise(x))
         .map_err(errors::calib)?;
     serde_json::to_string(&advice).map_err(|e| errors::calib_meta(e.to_string()))
 }

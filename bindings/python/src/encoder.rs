@@ -1,30 +1,35 @@
-//! `Encoder`: bertflow-core's `Embedder` (a loaded BERT model with the
-//! embedding cache) and one pooling.
+//! `Encoder`: a bertflow-core `Pipeline` without calibrator (a loaded BERT
+//! model with the embedding cache, one pooling and its token weighting).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bertflow_core::fitting::check_weighting;
+use bertflow_core::encoder::EmbeddingCache;
 use bertflow_core::progress::silent;
-use bertflow_core::weighting::{from_meta, to_meta, Weighting};
-use bertflow_core::{model_identity, Bar, Embedder, EmbedderConfig, Progress, SharedProgress};
-use bertflow_encoder::{EmbeddingCache, Pooling, Precision, TokenWeights, WeightingSpec, POOLINGS};
+use bertflow_core::weighting::Weighting;
+use bertflow_core::{
+    Bar, EmbedderConfig, Pipeline, PipelineConfig, Pooling, Precision, Progress, SharedProgress,
+    WeightingSpec, POOLINGS,
+};
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::calib::PyFitted;
 use crate::errors;
+use crate::fitted::PyFitted;
 
 /// A BERT model with one pooling (see `bertflow.Encoder`).
 #[pyclass(module = "bertflow._bertflow", name = "Encoder", frozen)]
 pub struct PyEncoder {
     /// Locked for the duration of one `encode` (which uses every worker
-    /// thread anyway), to set its batch size and progress callback.
-    embedder: Mutex<Embedder>,
-    pooling: Pooling,
+    /// thread anyway), to set its batch size and progress callback; never
+    /// locked while holding the GIL (the progress callback needs it).
+    pipeline: Mutex<Pipeline>,
+    pooling: String,
+    /// The token weighting's label (`mean` for the plain mean).
+    weighting: String,
     dim: usize,
     model_id: String,
     fingerprint: String,
@@ -34,11 +39,6 @@ pub struct PyEncoder {
     threads: usize,
     cache_dir: Option<PathBuf>,
     precision: String,
-    /// The token weighting and where its frequencies come from.
-    weighting: Weighting,
-    /// Its weights, once known (from `freq_file`, `fit_weighting` or a
-    /// calibrator file); `None` for the plain mean.
-    weights: Mutex<Option<TokenWeights>>,
 }
 
 /// A list of str from any iterable of str (not a single str or bytes).
@@ -122,14 +122,18 @@ impl Bar for CallbackBar {
 }
 
 impl PyEncoder {
+    /// The pipeline, locked with the GIL released.
+    fn with_pipeline<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Pipeline) -> T + Send,
+    ) -> T {
+        py.detach(|| f(&mut self.pipeline.lock().unwrap_or_else(|p| p.into_inner())))
+    }
+
     /// The calibrator-file record of the current weights (None: plain mean).
-    pub(crate) fn weighting_record(&self) -> PyResult<Option<bertflow_calib::WeightingMeta>> {
-        let w = self.weights.lock().unwrap_or_else(|p| p.into_inner());
-        match (&*w, self.weighting.is_plain_mean()) {
-            (_, true) => Ok(None),
-            (Some(w), false) => Ok(Some(to_meta(w, self.weighting.counts_from()))),
-            (None, false) => Err(not_fitted(&self.weighting)),
-        }
+    pub(crate) fn weighting_record(&self) -> PyResult<Option<bertflow_core::calib::WeightingMeta>> {
+        Python::attach(|py| self.with_pipeline(py, |p| p.weighting_record())).map_err(errors::core)
     }
 }
 
@@ -155,102 +159,71 @@ impl PyEncoder {
         }
         let precision: Precision = precision.parse().map_err(errors::encoder)?;
         let spec: WeightingSpec = weighting.parse().map_err(errors::encoder)?;
-        let weighting = Weighting {
-            spec,
-            freq_file,
-            fixed: None,
-        };
-        let config = EmbedderConfig {
-            model,
-            max_len,
-            threads,
-            no_cache: cache_dir.is_none(),
-            cache_dir,
-            precision,
-            ..Default::default()
-        };
-        let (embedder, weights) = py
-            .detach(|| {
-                let e = config.load(silent())?;
-                check_weighting(&e.encoder, &pooling, &weighting)?;
-                // Frequencies from a file are known now; from a corpus, at fit_weighting.
-                let w = match (&weighting.freq_file, weighting.spec.needs_counts()) {
-                    (Some(_), _) | (None, false) => weighting.weights(&e.encoder, &[])?,
-                    (None, true) => None,
-                };
-                Ok::<_, bertflow_core::CoreError>((e, w))
-            })
-            .map_err(errors::core)?;
-        let enc = &embedder.encoder;
-        enc.source(&pooling).map_err(errors::encoder)?;
-        Ok(PyEncoder {
+        let config = PipelineConfig {
+            model: EmbedderConfig {
+                model,
+                max_len,
+                threads,
+                no_cache: cache_dir.is_none(),
+                cache_dir,
+                precision,
+                ..Default::default()
+            },
             pooling,
+            calibrator: None,
+            allow_mismatch: false,
+            weighting: Weighting {
+                spec,
+                freq_file,
+                fixed: None,
+            },
+        };
+        // Frequencies from a file are read now; from a corpus, at fit_weighting.
+        let pipeline = py.detach(|| config.open(silent())).map_err(errors::core)?;
+        let info = pipeline.info();
+        let embedder = pipeline.embedder();
+        let enc = &embedder.encoder;
+        Ok(PyEncoder {
+            pooling: info.pooling,
+            weighting: pipeline.weighting().label(),
             dim: enc.dim(),
-            model_id: enc.model_id().to_string(),
+            model_id: info.model_id,
             fingerprint: enc.fingerprint().to_string(),
-            identity: model_identity(enc),
-            max_len: enc.max_len(),
+            identity: info.model,
+            max_len: info.max_len,
             num_layers: enc.num_layers(),
             threads: embedder.opts.threads,
             cache_dir: embedder.cache.as_ref().map(|c| c.dir().to_path_buf()),
-            precision: precision.to_string(),
-            weighting,
-            weights: Mutex::new(weights),
-            embedder: Mutex::new(embedder),
+            precision: info.precision,
+            pipeline: Mutex::new(pipeline),
         })
     }
 
     /// Counts word-piece frequencies on `texts` for the weighting (GIL released).
     fn fit_weighting(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<()> {
         let texts = extract_texts(texts, "texts")?;
-        let w = py
-            .detach(|| {
-                let e = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
-                let w = Weighting {
-                    freq_file: None,
-                    ..self.weighting.clone()
-                };
-                w.weights(&e.encoder, &texts)
-            })
-            .map_err(errors::core)?;
-        *self.weights.lock().unwrap_or_else(|p| p.into_inner()) = w;
-        Ok(())
+        self.with_pipeline(py, |p| p.recount_weights(&texts))
+            .map_err(errors::core)
     }
 
     /// Takes the token weights recorded in a calibrator file (refused when
     /// its weighting is not this encoder's).
-    fn use_weights_of(&self, fitted: &PyFitted) -> PyResult<()> {
-        let own = fitted.weighting_meta();
-        let w = own.map(from_meta).transpose().map_err(errors::core)?;
-        let label = w
-            .as_ref()
-            .map(|w| Weighting::new(w.spec.clone()).label())
-            .unwrap_or_else(|| "mean".into());
-        if label != self.weighting.label() {
-            return Err(PyValueError::new_err(format!(
-                "the calibrator was fitted with weighting {label}, this encoder has {}",
-                self.weighting.label()
-            )));
-        }
-        *self.weights.lock().unwrap_or_else(|p| p.into_inner()) = w;
-        Ok(())
+    fn use_weights_of(&self, py: Python<'_>, fitted: &PyFitted) -> PyResult<()> {
+        let own = fitted.weighting_meta().cloned();
+        self.with_pipeline(py, |p| p.use_weights_of(own.as_ref()))
+            .map_err(errors::core)
     }
 
     /// The weighting spec (`mean` for the plain mean).
     #[getter]
     fn weighting(&self) -> String {
-        self.weighting.label()
+        self.weighting.clone()
     }
 
     /// Whether the weighting's word-piece frequencies are known.
     #[getter]
-    fn weighting_ready(&self) -> bool {
-        self.weighting.is_plain_mean()
-            || self
-                .weights
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some()
+    fn weighting_ready(&self, py: Python<'_>) -> bool {
+        self.with_pipeline(py, |p| p.weights_ready())
     }
 
     /// fp32 or int8.
@@ -273,27 +246,15 @@ impl PyEncoder {
         }
         let texts = extract_texts(texts, "texts")?;
         let progress: SharedProgress = Arc::new(CallbackProgress(progress));
-        let m = py
-            .detach(|| {
-                let weights = self
-                    .weights
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                if weights.is_none() && !self.weighting.is_plain_mean() {
-                    return Err(None);
-                }
-                let mut e = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
-                e.opts.batch_size = batch_size;
-                e.progress = progress;
-                let r = e.embed_weighted(&texts, &self.pooling, weights.as_ref());
-                e.progress = silent();
-                r.map_err(Some)
+        let m = self
+            .with_pipeline(py, |p| {
+                p.embedder_mut().opts.batch_size = batch_size;
+                p.embedder_mut().progress = progress;
+                let r = p.encode(&texts);
+                p.embedder_mut().progress = silent();
+                r
             })
-            .map_err(|e| match e {
-                Some(e) => errors::core(e),
-                None => not_fitted(&self.weighting),
-            })?;
+            .map_err(errors::core)?;
         Ok(m.into_pyarray(py))
     }
 
@@ -325,7 +286,7 @@ impl PyEncoder {
     /// Canonical name of the pooling.
     #[getter]
     fn pooling(&self) -> String {
-        self.pooling.to_string()
+        self.pooling.clone()
     }
 
     /// Token limit per sentence, [CLS] and [SEP] included.
@@ -351,14 +312,6 @@ impl PyEncoder {
     fn cache_dir(&self) -> Option<PathBuf> {
         self.cache_dir.clone()
     }
-}
-
-fn not_fitted(w: &Weighting) -> PyErr {
-    PyValueError::new_err(format!(
-        "weighting {} needs word-piece frequencies: call fit_weighting(corpus) first, \
-         or pass freq_file",
-        w.label()
-    ))
 }
 
 /// Every named pooling with its one-line description.

@@ -3,10 +3,10 @@
 //! file a `CalibratorFileError` (a `ValueError`), a failed computation a
 //! `RuntimeError`. Nothing panics across the boundary.
 
-use bertflow_calib::CalibError;
+use bertflow_core::calib::CalibError;
+use bertflow_core::encoder::EncoderError;
+use bertflow_core::eval::{DataError, EvalError};
 use bertflow_core::CoreError;
-use bertflow_encoder::EncoderError;
-use bertflow_eval::{DataError, EvalError};
 use pyo3::create_exception;
 use pyo3::exceptions::{
     PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
+use bertflow_core::encoder::Pooling;
 use bertflow_core::export::{export_st, ExportConfig};
 use bertflow_core::progress::silent;
 use bertflow_core::EmbedderConfig;
-use bertflow_encoder::Pooling;
 use pyo3::prelude::*;
 
 use crate::errors;

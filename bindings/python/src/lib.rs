@@ -12,6 +12,7 @@ mod calib;
 mod encoder;
 mod errors;
 mod export;
+mod fitted;
 mod moments;
 mod sts;
 

@@ -1,6 +1,6 @@
 //! `MomentStats`: streaming, mergeable count, mean and co-moment matrix.
 
-use bertflow_calib::MomentStats;
+use bertflow_core::calib::MomentStats;
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

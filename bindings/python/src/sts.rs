@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use bertflow_core::grid::{score_targets, Target};
 
-use bertflow_eval::{
+use bertflow_core::eval::{
     average, check_data_dir, dedup_preserving_order, evaluate, fit_sentences, load_task,
     resolve_data_dir, unique_sentences, Aggregate, EvalSet, FitCorpus, Task, TaskResult,
 };
@@ -37,7 +37,7 @@ pub struct PyTaskResult {
 
 fn parse_aggregate(s: &str) -> PyResult<Aggregate> {
     s.parse()
-        .map_err(|e: bertflow_eval::ParseAggregateError| PyValueError::new_err(e.to_string()))
+        .map_err(|e: bertflow_core::eval::ParseAggregateError| PyValueError::new_err(e.to_string()))
 }
 
 /// The data folder (`data`, else `$BERTFLOW_DATA`, else `../shared/data/sts`)
@@ -70,26 +70,28 @@ fn load_tasks(
         .copied()
         .filter(|t| wanted.contains(t))
         .collect();
-    let out = py.detach(|| -> Result<Vec<PyStsTask>, bertflow_eval::DataError> {
-        check_data_dir(&dir, &ordered)?;
-        ordered
-            .iter()
-            .map(|&t| {
-                let set: EvalSet = load_task(&dir, t)?;
-                let sentences = unique_sentences(&set);
-                Ok(PyStsTask {
-                    task: t,
-                    target: Target {
-                        name: t.name().to_string(),
-                        task: Some(t),
-                        set,
-                    },
-                    sentences,
-                    data_dir: dir.clone(),
+    let out = py.detach(
+        || -> Result<Vec<PyStsTask>, bertflow_core::eval::DataError> {
+            check_data_dir(&dir, &ordered)?;
+            ordered
+                .iter()
+                .map(|&t| {
+                    let set: EvalSet = load_task(&dir, t)?;
+                    let sentences = unique_sentences(&set);
+                    Ok(PyStsTask {
+                        task: t,
+                        target: Target {
+                            name: t.name().to_string(),
+                            task: Some(t),
+                            set,
+                        },
+                        sentences,
+                        data_dir: dir.clone(),
+                    })
                 })
-            })
-            .collect()
-    });
+                .collect()
+        },
+    );
     Ok((dir.clone(), out.map_err(errors::data)?))
 }
 

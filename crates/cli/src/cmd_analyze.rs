@@ -9,8 +9,8 @@ use bertflow_core::analyze::{
     pooling_figures, pooling_json, summary_text, write_plots, AnalysisOptions, EditUnit, Kinds,
     StsbData,
 };
+use bertflow_core::encoder::Pooling;
 use bertflow_core::grid::FitOn;
-use bertflow_encoder::Pooling;
 use clap::Args;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -95,7 +95,7 @@ pub fn run(a: AnalyzeArgs) -> Result<()> {
         bail!("--knn must be at least 1");
     }
     let opts = a.opts.options();
-    let embedder = a.model.load()?;
+    let embedder = crate::args::load_model(&a.model)?;
     let data = StsbData::load(&embedder, &opts)?;
     let results = analyse(&embedder, &data, std::slice::from_ref(&a.pooling), &opts)?;
     let r = &results[0];

@@ -19,12 +19,12 @@
 use crate::args::{parse_pooling, parse_precision, DataArgs, ModelArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_calib::CalibSpec;
 use bertflow_core::bench::{
     bench_encode, bench_flow, cores, cpu_model, EncodeBench, EncodeMode, FlowBench,
 };
+use bertflow_core::calib::CalibSpec;
+use bertflow_core::encoder::{Pooling, Precision};
 use bertflow_core::DEFAULT_MODEL;
-use bertflow_encoder::{Pooling, Precision};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -180,7 +180,7 @@ fn run_flow(a: FlowBenchArgs) -> Result<()> {
         repeat: a.repeat,
         data_dir: a.data.dir(),
     };
-    let embedder = a.model.load()?;
+    let embedder = crate::args::load_model(&a.model)?;
     let text = !a.json;
     let report =
         bench_flow(

@@ -3,11 +3,11 @@
 use crate::args::{parse_pooling, ModelArgs};
 use crate::cmd_eval::TaskArgs;
 use anyhow::Result;
+use bertflow_core::encoder::{Pooling, WeightingSpec};
+use bertflow_core::eval::{average, render_table, Aggregate};
 use bertflow_core::fitting::check_weighting;
 use bertflow_core::grid::{parse_calibs, rows_json, Grid, Row, Target};
 use bertflow_core::weighting::Weighting;
-use bertflow_encoder::{Pooling, WeightingSpec};
-use bertflow_eval::{average, render_table, Aggregate};
 use clap::Args;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -43,7 +43,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let calibs = parse_calibs(&a.kinds)?;
     let targets = a.tasks.targets()?;
     let aggregates = a.tasks.aggregates();
-    let embedder = a.model.load()?;
+    let embedder = crate::args::load_model(&a.model)?;
     // One grid per aggregation. Embeddings come from the cache after the
     // first; calibrators are refitted (deterministically, so the rows agree).
     // TODO(core): evaluate every aggregation from one fit.

@@ -1,21 +1,17 @@
 //! `bertflow encode`: sentences in, embeddings out.
-use crate::args::{parse_pooling, ModelArgs, WeightingArgs};
+use crate::args::{open_pipeline, VectorArgs, WeightingArgs};
 use crate::progress;
 use anyhow::Result;
-use bertflow_core::fitting::check_weighting;
 use bertflow_core::io::{read_sentences, write_embeddings, EmptyLines};
-use bertflow_encoder::Pooling;
 use clap::Args;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct EncodeArgs {
+    /// The model, pooling and calibrator (applied to the embeddings).
     #[command(flatten)]
-    pub model: ModelArgs,
-    /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
-    pub pooling: Pooling,
+    pub vectors: VectorArgs,
     /// Input: one sentence per line, or JSONL with a "text" field (.jsonl/.ndjson or
     /// --jsonl). `-` reads standard input.
     #[arg(long, short = 'i', value_name = "FILE")]
@@ -30,50 +26,28 @@ pub struct EncodeArgs {
     /// What to do with empty lines.
     #[arg(long, value_enum, default_value_t = EmptyLines::Error)]
     pub empty: EmptyLines,
-    /// Apply a fitted calibrator (from `bertflow fit`) to the embeddings.
-    #[arg(long, value_name = "FILE")]
-    pub calibrator: Option<PathBuf>,
-    /// Allow a calibrator fitted on another model or pooling (never another dimension).
-    #[arg(long)]
-    pub allow_mismatch: bool,
     #[command(flatten)]
     pub weighting: WeightingArgs,
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {
     let input = read_sentences(&a.input, a.jsonl, a.empty)?;
-    let calibrator = a
-        .calibrator
-        .as_deref()
-        .map(|p| bertflow_core::LoadedCalibrator::open(p, a.allow_mismatch))
-        .transpose()?;
-    let emb = a.model.load()?;
-    if let Some(c) = &calibrator {
-        c.check(&emb.encoder, &a.pooling, &*emb.progress)?;
-    }
-    // A calibrator brings the weights it was fitted with; otherwise the
-    // frequencies are counted on the input (or read from --freq-file).
-    let weighting = a.weighting.weighting();
-    let weights = match &calibrator {
-        Some(c) => c.weights_for(&weighting)?,
-        None => {
-            check_weighting(&emb.encoder, &a.pooling, &weighting)?;
-            weighting.weights(&emb.encoder, &input.texts)?
-        }
-    };
-    let m = emb.embed_weighted(&input.texts, &a.pooling, weights.as_ref())?;
-    let m = match &calibrator {
-        Some(c) => c.apply(m.view())?,
-        None => m,
-    };
+    let mut config = a.vectors;
+    config.weighting = a.weighting;
+    let mut pipeline = open_pipeline(&config)?;
+    // Without a calibrator (which brings its weights) or a frequency file, the
+    // word-piece frequencies are counted on the input.
+    pipeline.count_weights(&input.texts)?;
+    let m = pipeline.encode(&input.texts)?;
+    let info = pipeline.info();
     let mut meta = HashMap::new();
-    meta.insert("model".to_string(), emb.encoder.model_id().to_string());
-    meta.insert("pooling".to_string(), a.pooling.to_string());
-    meta.insert("max_len".to_string(), emb.encoder.max_len().to_string());
-    if let Some(c) = &calibrator {
-        meta.insert("calibrator".to_string(), c.describe());
+    meta.insert("model".to_string(), info.model_id);
+    meta.insert("pooling".to_string(), info.pooling);
+    meta.insert("max_len".to_string(), info.max_len.to_string());
+    if let Some(c) = info.calibrator {
+        meta.insert("calibrator".to_string(), c);
     }
-    if let Some(w) = &weights {
+    if let Some(w) = pipeline.weights() {
         meta.insert("weighting".to_string(), w.spec.to_string());
     }
     write_embeddings(&a.output, &m, &input, &meta)?;

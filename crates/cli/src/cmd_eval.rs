@@ -1,12 +1,9 @@
 //! `bertflow eval`: Spearman/Pearson x100 on the STS benchmarks.
-use crate::args::{parse_pooling, DataArgs, ModelArgs, WeightingArgs};
+use crate::args::{open_pipeline, DataArgs, VectorArgs, WeightingArgs};
 use anyhow::{bail, Result};
-use bertflow_calib::CalibSpec;
+use bertflow_core::calib::CalibSpec;
+use bertflow_core::eval::{render_table, Aggregate, Task};
 use bertflow_core::grid::{load_targets, rows_json, Calib, FitOn, Grid, Target};
-use bertflow_core::weighting::Weighting;
-use bertflow_core::LoadedCalibrator;
-use bertflow_encoder::Pooling;
-use bertflow_eval::{render_table, Aggregate, Task};
 use clap::Args;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -84,23 +81,15 @@ impl TaskArgs {
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
+    /// The model, pooling and calibrator (applied to every task).
     #[command(flatten)]
-    pub model: ModelArgs,
-    /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
-    pub pooling: Pooling,
+    pub vectors: VectorArgs,
     #[command(flatten)]
     pub tasks: TaskArgs,
     #[arg(long, value_name = "KIND", conflicts_with = "calibrator",
           help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_help()),
           long_help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_long_help()))]
     pub fit: Option<CalibSpec>,
-    /// Apply this fitted calibrator (from `bertflow fit`) to every task.
-    #[arg(long, value_name = "FILE")]
-    pub calibrator: Option<PathBuf>,
-    /// Allow a calibrator fitted on another model or pooling (never another dimension).
-    #[arg(long)]
-    pub allow_mismatch: bool,
     #[command(flatten)]
     pub weighting: WeightingArgs,
     /// Also report each subset of STS12-16.
@@ -114,26 +103,25 @@ pub struct EvalArgs {
 pub fn run(a: EvalArgs) -> Result<()> {
     let targets = a.tasks.targets()?;
     let aggregate = a.tasks.single_aggregate()?;
-    let calib = match (&a.fit, &a.calibrator) {
+    let pooling = a.vectors.pooling.clone();
+    let mut config = a.vectors;
+    config.weighting = a.weighting;
+    // A calibrator file brings its own weights; otherwise word-piece
+    // frequencies are counted per task on the --on sentences.
+    let pipeline = open_pipeline(&config)?;
+    let weighting = pipeline.grid_weighting();
+    let (embedder, calibrator) = pipeline.into_parts();
+    let calib = match (&a.fit, calibrator) {
         (Some(spec), _) => Calib::spec(spec.clone()),
-        (None, Some(p)) => Calib::File(Box::new(LoadedCalibrator::open(p, a.allow_mismatch)?)),
+        (None, Some(f)) => Calib::File(Box::new(f)),
         (None, None) => Calib::spec(CalibSpec::none()),
     };
-    // Word-piece frequencies are counted per task on the --on sentences; a
-    // calibrator file brings its own weights.
-    let mut weighting = a.weighting.weighting();
-    if let Calib::File(f) = &calib {
-        if let Some(w) = f.weights_for(&weighting)? {
-            weighting = Weighting::fixed(w);
-        }
-    }
     let counts_on_corpus =
         !weighting.is_plain_mean() && weighting.freq_file.is_none() && weighting.fixed.is_none();
     if a.fit.is_none() && !counts_on_corpus && a.tasks.on != FitOn::Target {
         bail!("--on only applies with --fit (or a --weighting counted on the fit corpus)");
     }
-    let embedder = a.model.load()?;
-    let poolings = [a.pooling.clone()];
+    let poolings = [pooling.clone()];
     let calibs = [calib];
     let grid = Grid {
         embedder: &embedder,
@@ -163,8 +151,8 @@ pub fn run(a: EvalArgs) -> Result<()> {
     }
     let columns: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
     let pooling = match row.weighting.as_str() {
-        "mean" => a.pooling.to_string(),
-        w => format!("{}[{w}]", a.pooling),
+        "mean" => pooling.to_string(),
+        w => format!("{pooling}[{w}]"),
     };
     let label = match &calibs[0] {
         c if c.is_none() => pooling,

@@ -21,7 +21,7 @@ pub struct ExportArgs {
 
 pub fn run(a: ExportArgs) -> Result<()> {
     let v = a.vectors;
-    let embedder = v.model.load()?;
+    let embedder = crate::args::load_model(&v.model)?;
     let exported = export_st(
         &embedder.encoder,
         &ExportConfig {

@@ -2,11 +2,11 @@
 use crate::args::{parse_pooling, DataArgs, ModelArgs, WeightingArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_calib::{CalibSpec, Calibrator};
+use bertflow_core::calib::{CalibSpec, Calibrator};
+use bertflow_core::encoder::Pooling;
+use bertflow_core::eval::{dedup_preserving_order, fit_sentences, FitCorpus, Task};
 use bertflow_core::fitting::{self, fit_embeddings, ExternalFit, FitOutcome};
 use bertflow_core::io::{read_sentences, EmptyLines};
-use bertflow_encoder::Pooling;
-use bertflow_eval::{dedup_preserving_order, fit_sentences, FitCorpus, Task};
 use clap::Args;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -101,7 +101,7 @@ pub fn run(a: FitArgs) -> Result<()> {
     if a.sample == Some(0) {
         anyhow::bail!("--sample must be at least 1");
     }
-    let weighting = a.weighting.weighting();
+    let weighting = a.weighting.clone();
     let (outcome, what) = match &a.embeddings {
         Some(_) if !weighting.is_plain_mean() => {
             anyhow::bail!(
@@ -124,7 +124,7 @@ pub fn run(a: FitArgs) -> Result<()> {
                 Corpus::File(p) => read_sentences(p, false, EmptyLines::Skip)?.texts,
             };
             let sentences = dedup_preserving_order(sentences);
-            let emb = a.model.load()?;
+            let emb = crate::args::load_model(&a.model)?;
             let out = fitting::fit_sentences(
                 &emb, &sentences, &a.pooling, &a.kind, a.sample, &weighting,
             )?;

@@ -4,12 +4,12 @@
 //! The corpus is embedded once (with the model, pooling and calibrator given) and written
 //! to one checksummed file (bertflow-index) that `serve --index` memory-maps at start-up;
 //! `--ann` also stores an HNSW graph next to it. The work is in `bertflow_core::indexing`.
-use crate::args::VectorArgs;
+use crate::args::{open_pipeline, VectorArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_core::indexing::{build_ann, embed_into_index, index_identity};
+use bertflow_core::index::{AnnFiles, AnnParams, Index, IndexWriter};
+use bertflow_core::indexing::{build_ann, embed_into_index};
 use bertflow_core::io::{read_sentences, EmptyLines};
-use bertflow_index::{AnnFiles, AnnParams, Index, IndexWriter};
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 
@@ -58,25 +58,20 @@ pub struct VerifyArgs {
 
 impl VerifyArgs {
     /// The identity these settings give (loads the model).
-    fn identity(&self) -> Result<bertflow_index::Identity> {
-        let (embedder, calibrator) = self.vectors.load()?;
-        Ok(index_identity(
-            &embedder.encoder,
-            &self.vectors.pooling,
-            calibrator.as_ref(),
-        )?)
+    fn identity(&self) -> Result<bertflow_core::index::Identity> {
+        Ok(open_pipeline(&self.vectors)?.identity()?)
     }
 }
 
 fn repair(v: &VerifyArgs) -> Result<()> {
-    use bertflow_index::Repaired;
-    let repaired = match bertflow_index::repair(&v.index, None) {
-        Err(bertflow_index::IndexError::Corrupt(reason)) => {
+    use bertflow_core::index::Repaired;
+    let repaired = match bertflow_core::index::repair(&v.index, None) {
+        Err(bertflow_core::index::IndexError::Corrupt(reason)) => {
             eprintln!(
                 "{reason}\nrebuilding the footer with the settings given (model {}, pooling {})",
                 v.vectors.model.model, v.vectors.pooling
             );
-            bertflow_index::repair(&v.index, Some(&v.identity()?))?
+            bertflow_core::index::repair(&v.index, Some(&v.identity()?))?
         }
         other => other?,
     };
@@ -182,7 +177,7 @@ pub struct AnnArgs {
 /// Embed the corpus into `writer`, checking the settings first.
 fn embed(
     s: &EmbedSettings,
-    writer: impl FnOnce(&bertflow_index::Identity) -> Result<IndexWriter>,
+    writer: impl FnOnce(&bertflow_core::index::Identity) -> Result<IndexWriter>,
 ) -> Result<(usize, u64)> {
     let texts = read_sentences(&s.corpus, s.corpus_jsonl, EmptyLines::Skip)
         .context("cannot read the corpus")?
@@ -190,18 +185,9 @@ fn embed(
     if texts.is_empty() {
         anyhow::bail!("the corpus {} holds no sentence", s.corpus.display());
     }
-    let (embedder, calibrator) = s.vectors.load()?;
-    let pooling = &s.vectors.pooling;
-    let identity = index_identity(&embedder.encoder, pooling, calibrator.as_ref())?;
-    let mut writer = writer(&identity)?;
-    let added = embed_into_index(
-        &embedder,
-        pooling,
-        calibrator.as_ref(),
-        &texts,
-        s.chunk,
-        &mut writer,
-    )?;
+    let pipeline = open_pipeline(&s.vectors)?;
+    let mut writer = writer(&pipeline.identity()?)?;
+    let added = embed_into_index(&pipeline, &texts, s.chunk, &mut writer)?;
     Ok((added, writer.finish()?))
 }
 
@@ -270,7 +256,7 @@ pub fn run(a: IndexArgs) -> Result<()> {
             let started = std::time::Instant::now();
             let opened = std::sync::Arc::new(Index::open(&index, true)?);
             note_recovery(&opened);
-            let graph = bertflow_index::Ann::load(std::sync::Arc::clone(&opened), &index)?;
+            let graph = bertflow_core::index::Ann::load(std::sync::Arc::clone(&opened), &index)?;
             println!(
                 "{}: every checksum matches ({} sentences{}; {:.1} s)",
                 index.display(),

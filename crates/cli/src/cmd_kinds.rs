@@ -2,7 +2,7 @@
 //! of every flag that takes a calibrator spec (generated from the same
 //! registry, so a new kind shows up everywhere).
 use anyhow::Result;
-use bertflow_calib::registry;
+use bertflow_core::calib::registry;
 use clap::Args;
 use std::io::Write;
 
@@ -64,7 +64,7 @@ pub fn list_long_help() -> String {
 
 #[cfg(test)]
 mod tests {
-    use bertflow_calib::registry::KINDS;
+    use bertflow_core::calib::registry::KINDS;
     use clap::CommandFactory;
 
     /// Every flag that takes calibrator specs lists every kind (`-h`) and

@@ -4,9 +4,9 @@
 use crate::args::{parse_pooling, ModelArgs};
 use crate::cmd_analyze::AnalysisOpts;
 use anyhow::Result;
+use bertflow_core::encoder::Pooling;
+use bertflow_core::eval::Aggregate;
 use bertflow_core::report::{write_report, ReportOptions};
-use bertflow_encoder::Pooling;
-use bertflow_eval::Aggregate;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -29,7 +29,7 @@ pub struct ReportArgs {
 }
 
 pub fn run(a: ReportArgs) -> Result<()> {
-    let embedder = a.model.load()?;
+    let embedder = crate::args::load_model(&a.model)?;
     let files = write_report(
         &embedder,
         &ReportOptions {

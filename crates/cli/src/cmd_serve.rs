@@ -4,14 +4,12 @@
 //! and the model backend (`bertflow_server::model`) live in `bertflow-server`;
 //! this module parses the options, loads the model, calibrator and index, and
 //! starts it.
-use crate::args::VectorArgs;
+use crate::args::{open_pipeline, VectorArgs};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::io::{read_sentences, EmptyLines};
-use bertflow_core::LoadedCalibrator;
-use bertflow_encoder::Encoder;
 use bertflow_server::model::{IndexOptions, MappedIndex, ModelBackend};
-use bertflow_server::{ApiKeys, EmbedBackend, LogFormat, ServerConfig};
+use bertflow_server::{ApiKeys, EmbedBackend, Limits, LogFormat, ServerConfig};
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,7 +55,7 @@ pub struct ServeArgs {
     pub ann: bool,
     /// Candidates explored per approximate query (at least top_k): higher is slower and
     /// finds more of the exact top_k.
-    #[arg(long, default_value_t = bertflow_index::DEFAULT_EF_SEARCH, value_name = "N", requires = "ann")]
+    #[arg(long, default_value_t = bertflow_core::index::DEFAULT_EF_SEARCH, value_name = "N", requires = "ann")]
     pub ef_search: usize,
     /// Treat the --corpus file as JSONL whatever its extension.
     #[arg(long, requires = "corpus")]
@@ -78,32 +76,9 @@ pub struct ServeArgs {
         help_heading = "Server limits"
     )]
     pub workers: usize,
-    /// Most inputs in one request (the `input` array, both texts of every /similarity
-    /// pair, /search `queries`). More: 413 too_many_inputs.
-    #[arg(long, default_value_t = ServerConfig::default().max_inputs_per_request, value_name = "N", help_heading = "Server limits")]
-    pub max_inputs_per_request: usize,
-    /// Most characters in one input text. More: 422 input_too_long. (Inputs longer than
-    /// --max-len tokens are not refused but truncated, and reported in `truncated`.)
-    #[arg(long, default_value_t = ServerConfig::default().max_chars_per_input, value_name = "N", help_heading = "Server limits")]
-    pub max_chars_per_input: usize,
-    /// Most bytes in a request body. More: 413 body_too_large.
-    #[arg(long, default_value_t = ServerConfig::default().max_body_bytes, value_name = "BYTES", help_heading = "Server limits")]
-    pub max_body_bytes: usize,
-    /// Most inputs waiting for a worker, over all requests. A request whose inputs do not
-    /// fit is answered 429 overloaded at once (with Retry-After: 1). Must be at least
-    /// --max-inputs-per-request.
-    #[arg(long, default_value_t = ServerConfig::default().max_queue_inputs, value_name = "N", help_heading = "Server limits")]
-    pub max_queue_inputs: usize,
-    /// Token budget of one batch: the sum over its inputs of their token counts (capped at
-    /// --max-len). A single longer input still runs, alone.
-    #[arg(long, default_value_t = ServerConfig::default().max_batch_tokens, value_name = "TOKENS", help_heading = "Server limits")]
-    pub max_batch_tokens: usize,
-    /// Most inputs in one batch.
-    #[arg(long, default_value_t = ServerConfig::default().max_batch_size, value_name = "N", help_heading = "Server limits")]
-    pub max_batch_size: usize,
-    /// Largest `top_k` accepted by /search. More: 422 invalid_field.
-    #[arg(long, default_value_t = ServerConfig::default().max_top_k, value_name = "N", help_heading = "Server limits")]
-    pub max_top_k: usize,
+    /// --max-inputs-per-request, --max-batch-size, ... (the server's `Limits`).
+    #[command(flatten)]
+    pub limits: Limits,
     /// Require 'Authorization: Bearer KEY' on every route except /health (missing or wrong
     /// key: 401 invalid_api_key). Prefer the environment variable or --api-key-file: a key
     /// on the command line is visible to other users of the machine.
@@ -174,14 +149,10 @@ impl ServeArgs {
 
     fn config(&self, corpus: Option<Vec<String>>, api_keys: ApiKeys) -> ServerConfig {
         ServerConfig {
-            max_inputs_per_request: self.max_inputs_per_request,
-            max_chars_per_input: self.max_chars_per_input,
-            max_body_bytes: self.max_body_bytes,
-            max_queue_inputs: self.max_queue_inputs,
-            max_batch_tokens: self.max_batch_tokens,
-            max_batch_size: self.max_batch_size,
-            workers: self.workers,
-            max_top_k: self.max_top_k,
+            limits: Limits {
+                workers: self.workers,
+                ..self.limits.clone()
+            },
             corpus,
             search_index: None,
             api_keys,
@@ -199,12 +170,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if a.vectors.model.threads.is_some() {
         progress::note("note: --threads / BERTFLOW_THREADS does not apply to serve; use --workers");
     }
-    let calibrator = a
-        .vectors
-        .calibrator
-        .as_deref()
-        .map(|p| LoadedCalibrator::open(p, a.vectors.allow_mismatch))
-        .transpose()?;
+    // The model runs on the batch workers, one core each, without the cache.
+    let mut vectors = a.vectors.clone();
+    vectors.model.threads = None;
+    vectors.model.no_cache = true;
+    let pipeline = open_pipeline(&vectors)?;
     let corpus = match &a.corpus {
         Some(path) => Some(
             read_sentences(path, a.corpus_jsonl, EmptyLines::Skip)
@@ -213,21 +183,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
-    let encoder = Encoder::load_with_precision(
-        &a.vectors.model.model,
-        a.vectors.model.max_len,
-        a.vectors.model.precision,
-    )
-    .with_context(|| format!("cannot load model '{}'", a.vectors.model.model))?;
-    if let Some(c) = &calibrator {
-        c.check(&encoder, &a.vectors.pooling, &*progress::handle())?;
-    }
-    let backend = ModelBackend::new(
-        encoder,
-        &a.vectors.pooling,
-        calibrator,
-        a.vectors.model.batch_size,
-    )?;
+    let backend = ModelBackend::new(pipeline, a.vectors.model.batch_size)?;
     let search_index = match &a.index {
         Some(path) => {
             let started = std::time::Instant::now();

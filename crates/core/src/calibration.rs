@@ -47,6 +47,9 @@ pub struct LoadedCalibrator {
     pub meta: CalibratorMeta,
     pub path: PathBuf,
     pub allow_mismatch: bool,
+    /// Warnings already given (a check repeated for another front-end step
+    /// does not repeat them).
+    warned: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl LoadedCalibrator {
@@ -58,6 +61,7 @@ impl LoadedCalibrator {
             meta,
             path: path.to_path_buf(),
             allow_mismatch,
+            warned: Default::default(),
         })
     }
 
@@ -84,8 +88,11 @@ impl LoadedCalibrator {
                 self.path.display()
             )
         })?;
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
         for w in warnings {
-            progress.note(&format!("warning: {w}"));
+            if warned.insert(w.clone()) {
+                progress.note(&format!("warning: {w}"));
+            }
         }
         Ok(())
     }
@@ -108,19 +115,7 @@ impl LoadedCalibrator {
         &self,
         requested: &crate::weighting::Weighting,
     ) -> Result<Option<TokenWeights>> {
-        let own = self.weights()?;
-        let own_spec = own
-            .as_ref()
-            .map(|w| crate::weighting::Weighting::new(w.spec.clone()).label())
-            .unwrap_or_else(|| "mean".into());
-        if !requested.is_plain_mean() && requested.spec.to_string() != own_spec {
-            crate::bail!(
-                "calibrator {} was fitted with weighting {own_spec}, not {} (leave --weighting out to use the file's)",
-                self.path.display(),
-                requested.spec
-            );
-        }
-        Ok(own)
+        requested.adopt(self.weights()?, crate::weighting::Adopt::Unless(&self.path))
     }
 
     pub fn apply(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {

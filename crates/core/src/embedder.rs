@@ -15,23 +15,53 @@ use std::path::PathBuf;
 /// The default model directory (relative to the working directory).
 pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
 
-/// How to load and run the encoder: what every front end asks for.
-#[derive(Debug, Clone)]
+/// How to load and run the encoder: what every front end asks for. With
+/// core's `clap` feature it is also the command line's model options (the
+/// CLI flattens it); it reads and writes as JSON (serde) for the server.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct EmbedderConfig {
-    /// A model directory in Hugging Face layout, a sentence-transformers
-    /// directory, or a hub id in the local Hugging Face cache.
+    /// Model: a directory in Hugging Face layout (config.json, model.safetensors or
+    /// pytorch_model.bin, tokenizer.json or vocab.txt), a sentence-transformers
+    /// directory, or a hub id (e.g. bert-base-uncased) found in the local Hugging Face
+    /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). config.json's
+    /// model_type: bert, roberta, xlm-roberta, camembert, distilbert, mpnet or
+    /// modernbert.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, short = 'm', env = "BERTFLOW_MODEL", default_value = DEFAULT_MODEL)
+    )]
     pub model: String,
-    /// Truncate at this many tokens (default: the model's position limit).
+    /// Truncate sentences at this many tokens, [CLS] and [SEP] (<s> and </s>)
+    /// included [default: the model's position limit, 512 for BERT and RoBERTa].
+    /// Padding and truncation stored in tokenizer.json are ignored.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS"))]
     pub max_len: Option<usize>,
-    /// Sentences per forward pass.
+    /// Sentences per forward pass (sentences are sorted by length first).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32, value_name = "N"))]
     pub batch_size: usize,
-    /// Worker threads (default: every core).
+    /// Worker threads; each runs whole batches on one core [default: all cores].
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "BERTFLOW_THREADS", value_name = "N")
+    )]
     pub threads: Option<usize>,
-    /// Embedding cache folder (default: [`EmbeddingCache::default_dir`]).
+    /// Where encoded embeddings are cached [default: $BERTFLOW_CACHE, else
+    /// $XDG_CACHE_HOME/bertflow, else ~/.cache/bertflow].
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub cache_dir: Option<PathBuf>,
-    /// Neither read nor write the cache.
+    /// Neither read nor write the embedding cache.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub no_cache: bool,
-    /// Arithmetic of the forward pass (fp32, or int8 linear layers).
+    /// Precision of the transformer layers' linear products: fp32, or int8 (s8
+    /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX2 or
+    /// portable kernel chosen at run time, or forced with BERTFLOW_INT8_KERNEL).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::pipeline::parse_precision)
+    )]
+    #[serde(with = "crate::pipeline::as_str")]
     pub precision: Precision,
 }
 

@@ -3,8 +3,8 @@
 //! checksummed file ([`bertflow_index`]) that `serve --index` memory-maps, and an
 //! optional HNSW graph next to it.
 use crate::calibration::{model_identity, LoadedCalibrator};
-use crate::embedder::Embedder;
 use crate::error::{Context, Result};
+use crate::pipeline::Pipeline;
 use crate::progress::Progress;
 use bertflow_calib::Calibrator;
 use bertflow_encoder::{Encoder, Pooling};
@@ -39,43 +39,27 @@ pub fn index_identity(
     })
 }
 
-/// Embed `texts` `chunk` sentences at a time (through the calibrator, if any)
-/// and write each chunk as a segment of `writer`. Memory is bounded by the
-/// chunk, whatever the corpus size. Returns the number of sentences written.
+/// Embed `texts` `chunk` sentences at a time through `pipeline` (its pooling,
+/// token weights and calibrator) and write each chunk as a segment of
+/// `writer`. Memory is bounded by the chunk, whatever the corpus size.
+/// Returns the number of sentences written.
 pub fn embed_into_index(
-    embedder: &Embedder,
-    pooling: &Pooling,
-    calibrator: Option<&LoadedCalibrator>,
+    pipeline: &Pipeline,
     texts: &[String],
     chunk: usize,
     writer: &mut IndexWriter,
 ) -> Result<usize> {
-    let source = embedder.encoder.source(pooling)?;
-    // A calibrator fitted with a token weighting brings its weights.
-    let weights = calibrator.map(|c| c.weights()).transpose()?.flatten();
+    let embedder = pipeline.embedder();
     let bar = embedder
         .progress
         .bar(texts.len() as u64, "embedding the corpus", "sentences");
     let mut done = 0;
     for part in texts.chunks(chunk.max(1)) {
-        let out = embedder
-            .encoder
-            .encode_weighted(
-                part,
-                std::slice::from_ref(&source),
-                &embedder.opts,
-                weights.as_ref(),
-                &|_| {},
-            )
-            .context("encoding the corpus failed")?;
-        let raw =
-            out.embeddings.into_iter().next().ok_or_else(|| {
-                crate::CoreError::Input("the encoder returned no embeddings".into())
-            })?;
-        let vectors = match calibrator {
-            Some(c) => c.apply(raw.view())?,
-            None => raw,
-        };
+        let raw = pipeline
+            .embed_batch(part, &embedder.opts)
+            .context("encoding the corpus failed")?
+            .vectors;
+        let vectors = pipeline.calibrate(raw)?;
         let vectors = vectors.as_standard_layout();
         let flat = vectors
             .as_slice()

@@ -4,6 +4,10 @@
 //! the Python package, the server, the Spark job) is argument handling and
 //! printing over these functions:
 //!
+//! - [`pipeline`]: the model, pooling, token weighting, precision and
+//!   calibrator that make the vectors, opened and checked together from one
+//!   [`PipelineConfig`] ([`Pipeline`]): what `encode`, `eval`, `index`, `serve`,
+//!   the Python `Encoder` and the Spark job run;
 //! - [`embedder`]: load a model ([`EmbedderConfig`]) and embed sentence sets
 //!   through the on-disk cache ([`Embedder`]);
 //! - [`calibration`]: fit a calibrator with progress, load and check a file,
@@ -30,15 +34,32 @@ pub mod grid;
 pub mod indexing;
 pub mod io;
 pub mod matrix_file;
+pub mod pipeline;
 pub mod progress;
 pub mod report;
 pub mod weighting;
 
+// Core is the only door: front ends (the CLI, the server, the Python
+// bindings) depend on bertflow-core alone and name the inner crates' types
+// through it.
+pub use bertflow_analysis as analysis;
+pub use bertflow_calib as calib;
+pub use bertflow_calib::{CalibError, CalibSpec, Calibrator, Fitted};
 pub use bertflow_durable as durable;
 pub use bertflow_durable::DurableError;
+pub use bertflow_encoder as encoder;
+pub use bertflow_encoder::{
+    EncoderError, Pooling, Precision, TokenWeights, WeightingSpec, POOLINGS,
+};
+pub use bertflow_eval as eval;
+pub use bertflow_eval::{Aggregate, DataError, EvalError, Task};
+#[cfg(feature = "index")]
+pub use bertflow_index as index;
+pub use bertflow_numeric as numeric;
 pub use calibration::{model_identity, LoadedCalibrator};
 pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};
 pub use error::{Context, CoreError, Result};
+pub use pipeline::{Pipeline, PipelineConfig, PipelineInfo};
 pub use progress::{Bar, Progress, SharedProgress, Silent};
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename): every

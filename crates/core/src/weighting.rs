@@ -7,14 +7,33 @@ use bertflow_calib::WeightingMeta;
 use bertflow_encoder::{Encoder, TokenCounts, TokenWeights, WeightingSpec};
 use std::path::PathBuf;
 
-/// A weighting and where its frequencies come from.
-#[derive(Debug, Clone, Default)]
+/// A weighting and where its frequencies come from. With core's `clap`
+/// feature it is also the command line's `--weighting` / `--freq-file`.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct Weighting {
+    /// Token weighting of the averaging poolings: mean (plain average), sif
+    /// (a/(a+p(w)), a=1e-3) or usif (Ethayarajh 2018's a from the counts), with
+    /// options after a colon: a=NUMBER (sif), special=keep|drop, punct=keep|drop
+    /// (default keep for mean, drop for sif/usif). Word-piece frequencies p(w) are
+    /// counted on the fit corpus (encode without a calibrator: on the input)
+    /// unless --freq-file is given. A calibrator fitted with a weighting records
+    /// it (weights included), and encode, eval and serve apply it.
+    #[cfg_attr(
+        feature = "clap",
+        arg(id = "weighting", long = "weighting", default_value = "mean", value_name = "SPEC", value_parser = crate::pipeline::parse_weighting)
+    )]
+    #[serde(rename = "weighting", with = "crate::pipeline::as_str")]
     pub spec: WeightingSpec,
-    /// Word-piece counts from this file (`token<TAB>count` lines) instead of
-    /// counting the fit corpus.
+    /// Word-piece frequencies for --weighting: one `piece<TAB>count` line per word
+    /// piece of the model's vocabulary (pieces it lacks are skipped), and
+    /// optionally `#sentences<TAB>N` (the number of sentences counted, for usif).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     pub freq_file: Option<PathBuf>,
     /// These exact weights (a calibrator file's), whatever the corpus.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[serde(skip)]
     pub fixed: Option<TokenWeights>,
 }
 
@@ -69,6 +88,53 @@ impl Weighting {
         }
     }
 
+    /// The one rule for a calibrator's token weights (`own`, `None`: the plain
+    /// mean): vectors it calibrates are pooled with exactly the weights it was
+    /// fitted with, so those are the weights to use, and asking for another
+    /// weighting is an error. [`Adopt::Unless`] (the CLI, whose `--weighting`
+    /// defaults to `mean`): the plain mean asks for nothing, any other spec must
+    /// be the file's. [`Adopt::Same`] (an encoder that was given its weighting,
+    /// as in Python): the file's weighting must be this one, the plain mean too.
+    pub fn adopt(
+        &self,
+        own: Option<TokenWeights>,
+        rule: Adopt<'_>,
+    ) -> Result<Option<TokenWeights>> {
+        let own_label = own
+            .as_ref()
+            .map(|w| Weighting::new(w.spec.clone()).label())
+            .unwrap_or_else(|| "mean".into());
+        match rule {
+            Adopt::Unless(path) => {
+                if !self.is_plain_mean() && self.spec.to_string() != own_label {
+                    crate::bail!(
+                        "calibrator {} was fitted with weighting {own_label}, not {} (leave --weighting out to use the file's)",
+                        path.display(),
+                        self.spec
+                    );
+                }
+            }
+            Adopt::Same => {
+                if own_label != self.label() {
+                    crate::bail!(
+                        "the calibrator was fitted with weighting {own_label}, this encoder has {}",
+                        self.label()
+                    );
+                }
+            }
+        }
+        Ok(own)
+    }
+
+    /// Whether the weights are known without a corpus: the plain mean, fixed
+    /// weights, a frequency file, or a scheme that needs no counts.
+    pub fn needs_corpus(&self) -> bool {
+        !self.is_plain_mean()
+            && self.fixed.is_none()
+            && self.freq_file.is_none()
+            && self.spec.needs_counts()
+    }
+
     /// The per-token weights for `encoder` (`None` for the plain mean), the
     /// frequencies counted on `corpus` unless a frequency file is given.
     pub fn weights(&self, encoder: &Encoder, corpus: &[String]) -> Result<Option<TokenWeights>> {
@@ -88,6 +154,15 @@ impl Weighting {
         };
         Ok(Some(TokenWeights::new(&self.spec, counts.as_ref(), tok)?))
     }
+}
+
+/// How [`Weighting::adopt`] treats the weighting asked for.
+#[derive(Debug, Clone, Copy)]
+pub enum Adopt<'a> {
+    /// The plain mean means "whatever the calibrator (this file) has".
+    Unless(&'a std::path::Path),
+    /// The weighting asked for must be the calibrator's, the plain mean included.
+    Same,
 }
 
 /// The record of `weights` for a calibrator file.

@@ -22,7 +22,7 @@ mod writer;
 
 pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_EF_SEARCH};
 pub use format::Identity;
-pub use reader::{dot, Index};
+pub use reader::{dot, top_k, Index};
 pub use repair::{repair, Repaired};
 pub use writer::IndexWriter;
 

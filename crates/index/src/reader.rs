@@ -299,27 +299,34 @@ impl Index {
         }
         let mut q = Vec::with_capacity(d);
         crate::format::normalise_into(query, &mut q);
-        let k = top_k.min(self.len());
-        let mut heap: BinaryHeap<Ranked> = BinaryHeap::with_capacity(k + 1);
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        for (i, v) in self.iter_vectors() {
-            let candidate = Ranked {
-                score: dot(v, &q),
-                index: i,
-            };
-            if heap.len() < k {
-                heap.push(candidate);
-            } else if heap.peek().is_some_and(|worst| candidate < *worst) {
-                heap.pop();
-                heap.push(candidate);
-            }
-        }
-        let mut ranked = heap.into_sorted_vec();
-        ranked.truncate(k);
-        Ok(ranked.into_iter().map(|r| (r.index, r.score)).collect())
+        Ok(self::top_k(
+            self.iter_vectors().map(|(i, v)| (i, dot(v, &q))),
+            top_k.min(self.len()),
+        ))
     }
+}
+
+/// The `k` best of `scored` (`(index, score)` pairs), best first: higher
+/// score first, ties broken by the lower index. Exact, in O(n log k) time and
+/// O(k) memory: the one top-k of bertflow (the index file's exact search, the
+/// server's in-memory corpus).
+pub fn top_k(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(usize, f32)> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut heap: BinaryHeap<Ranked> = BinaryHeap::with_capacity(k + 1);
+    for (index, score) in scored {
+        let candidate = Ranked { score, index };
+        if heap.len() < k {
+            heap.push(candidate);
+        } else if heap.peek().is_some_and(|worst| candidate < *worst) {
+            heap.pop();
+            heap.push(candidate);
+        }
+    }
+    let mut ranked = heap.into_sorted_vec();
+    ranked.truncate(k);
+    ranked.into_iter().map(|r| (r.index, r.score)).collect()
 }
 
 /// A scored sentence ordered best first: `a < b` when `a` ranks before `b`
@@ -367,4 +374,24 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         sum += x * y;
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_k;
+
+    #[test]
+    fn top_k_is_best_first_with_ties_to_the_lower_index() {
+        let scored = [(0, 0.5), (1, 0.9), (2, 0.5), (3, -1.0), (4, 0.9), (5, 0.7)];
+        assert_eq!(top_k(scored, 3), vec![(1, 0.9), (4, 0.9), (5, 0.7)]);
+        assert_eq!(
+            top_k(scored, 5),
+            vec![(1, 0.9), (4, 0.9), (5, 0.7), (0, 0.5), (2, 0.5)]
+        );
+        // k over the count: every pair, ranked; k = 0: none.
+        assert_eq!(top_k(scored, 10).len(), 6);
+        assert_eq!(top_k(scored, 10)[5], (3, -1.0));
+        assert!(top_k(scored, 0).is_empty());
+        assert!(top_k(std::iter::empty(), 4).is_empty());
+    }
 }

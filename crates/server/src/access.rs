@@ -7,7 +7,7 @@
 //! request; 0 when it was refused before they were read). The input texts are
 //! logged (field `texts`) only when [`crate::ServerConfig::log_inputs`] is set.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -16,9 +16,9 @@ use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::AppState;
 use crate::auth::{self, AuthFailure};
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// Route label of requests that match no route (bounded label cardinality).
 const UNMATCHED: &str = "unmatched";
@@ -48,16 +48,6 @@ impl Ctx {
             let owned = texts.iter().map(|t| t.as_ref().to_owned()).collect();
             *self.0.texts.lock().unwrap_or_else(|e| e.into_inner()) = Some(owned);
         }
-    }
-}
-
-/// Monotonic request counter, for ids of requests that bring none.
-#[derive(Default)]
-pub(crate) struct RequestIds(AtomicU64);
-
-impl RequestIds {
-    fn next(&self) -> String {
-        format!("req-{:08}", self.0.fetch_add(1, Ordering::Relaxed) + 1)
     }
 }
 

@@ -1,220 +1,25 @@
-//! HTTP layer: request/response shapes, the JSON extractor, handlers, router.
+//! The embedding endpoints: `/v1/embeddings`, `/similarity`, `/health`,
+//! `/info` (request and response shapes, handlers).
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{Method, Uri};
-use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::extract::State;
+use axum::{Extension, Json};
 use base64::Engine as _;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::access::{Ctx, RequestIds};
-use crate::backend::{BackendInfo, EmbedBackend, Embedded};
-use crate::batcher::{Batcher, Load};
-use crate::config::{Limits, ServerConfig};
+use crate::access::Ctx;
+use crate::config::Limits;
 use crate::error::ApiError;
-use crate::index::{cosine, SearchIndex};
-use crate::metrics::Metrics;
-
-pub(crate) struct AppState {
-    pub backend: Arc<dyn EmbedBackend>,
-    pub info: BackendInfo,
-    pub config: ServerConfig,
-    pub batcher: Batcher,
-    pub index: Option<Arc<dyn SearchIndex>>,
-    pub metrics: Arc<Metrics>,
-    pub request_ids: RequestIds,
-}
-
-pub(crate) type AppResult<T> = Result<Json<T>, ApiError>;
-
-pub(crate) fn router(state: Arc<AppState>) -> Router {
-    let body_limit = state.config.max_body_bytes;
-    Router::new()
-        .route("/v1/embeddings", post(embeddings))
-        .route("/similarity", post(similarity))
-        .route("/search", post(crate::search::search))
-        .route("/", get(crate::tools::playground))
-        .route("/health", get(health))
-        .route("/info", get(info))
-        .route("/tokenize", post(crate::tools::tokenize))
-        .route("/metrics", get(crate::tools::metrics))
-        .route("/openapi.json", get(crate::openapi::openapi_json))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
-            crate::access::middleware,
-        ))
-        .with_state(state)
-}
-
-// ---------------------------------------------------------------------------
-// JSON extraction with errors in the API's shape.
-
-/// Like `axum::Json`, but every rejection is an [`ApiError`]: 413 for a body
-/// over the limit, 400 for malformed JSON, 422 for JSON of the wrong shape
-/// (missing, unknown or mistyped fields). The Content-Type is not checked.
-pub(crate) struct ApiJson<T>(pub T);
-
-impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::BodyTooLarge {
-                    limit: state.config.max_body_bytes,
-                }
-            } else {
-                ApiError::InvalidJson(rejection.body_text())
-            }
-        })?;
-        let value: Value =
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-        if !value.is_object() {
-            return Err(ApiError::invalid(
-                None,
-                "the request body must be a JSON object",
-            ));
-        }
-        serde_json::from_value(value)
-            .map(ApiJson)
-            .map_err(|e| ApiError::invalid(None, e.to_string()))
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Input validation shared by the endpoints.
-
-/// Check one text: non-empty (400) and not too long (422).
-pub(crate) fn check_text(text: &str, param: &str, max_chars: usize) -> Result<(), ApiError> {
-    if text.is_empty() {
-        return Err(ApiError::empty(
-            param,
-            format!("{param} is an empty string"),
-        ));
-    }
-    let chars = text.chars().count();
-    if chars > max_chars {
-        return Err(ApiError::InputTooLong {
-            param: param.to_owned(),
-            chars,
-            limit: max_chars,
-        });
-    }
-    Ok(())
-}
-
-pub(crate) fn check_count(count: usize, config: &ServerConfig) -> Result<(), ApiError> {
-    if count > config.max_inputs_per_request {
-        return Err(ApiError::TooManyInputs {
-            count,
-            limit: config.max_inputs_per_request,
-        });
-    }
-    Ok(())
-}
-
-/// `input` of `/v1/embeddings`: a string or an array of strings.
-pub(crate) fn parse_input(input: Value, config: &ServerConfig) -> Result<Vec<String>, ApiError> {
-    let max_chars = config.max_chars_per_input;
-    match input {
-        Value::String(text) => {
-            check_text(&text, "input", max_chars)?;
-            Ok(vec![text])
-        }
-        Value::Array(items) => {
-            if items.is_empty() {
-                return Err(ApiError::empty("input", "input is an empty array"));
-            }
-            check_count(items.len(), config)?;
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| match item {
-                    Value::String(text) => {
-                        check_text(&text, &format!("input[{i}]"), max_chars)?;
-                        Ok(text)
-                    }
-                    other => Err(ApiError::invalid(
-                        Some(&format!("input[{i}]")),
-                        format!(
-                            "input[{i}] must be a string, got {} (token-id input is not supported)",
-                            kind_of(&other)
-                        ),
-                    )),
-                })
-                .collect()
-        }
-        other => Err(ApiError::invalid(
-            Some("input"),
-            format!(
-                "input must be a string or an array of strings, got {}",
-                kind_of(&other)
-            ),
-        )),
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Tokenise (on the blocking pool), queue, and wait for the embeddings.
-pub(crate) async fn embed_texts(
-    state: &Arc<AppState>,
-    texts: Vec<String>,
-) -> Result<Vec<Embedded>, ApiError> {
-    // Refuse cheaply before tokenising when the queue is already full; the
-    // authoritative check is in `submit`.
-    state.batcher.check_room(texts.len())?;
-    let backend = Arc::clone(&state.backend);
-    let max_len = state.info.max_len;
-    let (texts, costs) = tokio::task::spawn_blocking(move || {
-        let costs: Vec<usize> = texts
-            .iter()
-            .map(|t| backend.tokenize_len(t).min(max_len))
-            .collect();
-        (texts, costs)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("tokenisation failed: {e}")))?;
-    let receiver = state.batcher.submit(texts, costs)?;
-    let embedded = receiver
-        .await
-        .map_err(|_| ApiError::Internal("the embedding worker dropped the request".into()))??;
-    let truncated = embedded.iter().filter(|e| e.truncated).count();
-    state.metrics.truncated.inc_by(truncated as u64);
-    Ok(embedded)
-}
+use crate::index::cosine;
+use crate::metrics::Load;
+use crate::state::{
+    check_count, check_text, embed_texts, parse_input, ApiJson, AppResult, AppState, Input,
+};
 
 // ---------------------------------------------------------------------------
 // POST /v1/embeddings
-
-/// A string or an array of strings (documentation only: `input` is parsed by
-/// hand for precise errors).
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub(crate) enum Input {
-    /// One text.
-    One(String),
-    /// Several texts.
-    Many(Vec<String>),
-}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -436,7 +241,7 @@ pub(crate) async fn similarity(
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut slot = Vec::with_capacity(texts.len());
     for (text, param) in texts {
-        check_text(&text, &param, state.config.max_chars_per_input)?;
+        check_text(&text, &param, state.config.limits.max_chars_per_input)?;
         let next = unique.len();
         let at = *seen.entry(text.clone()).or_insert(next);
         if at == next {
@@ -506,17 +311,9 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Json<InfoRespons
         dimension: info.dimension,
         max_len: info.max_len,
         normalized: false,
-        limits: state.config.limits(),
+        limits: state.config.limits.clone(),
         corpus_size: state.index.as_ref().map(|i| i.len()),
         search_method: state.index.as_ref().map(|i| i.method()),
         load: state.batcher.load(),
     })
-}
-
-async fn not_found(method: Method, uri: Uri) -> ApiError {
-    ApiError::NotFound(format!("{method} {}", uri.path()))
-}
-
-async fn method_not_allowed() -> ApiError {
-    ApiError::MethodNotAllowed
 }

@@ -22,12 +22,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::backend::{EmbedBackend, Embedded};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use crate::metrics::{Load, Metrics};
 
 type Reply = oneshot::Sender<Result<Vec<Embedded>, ApiError>>;
 
@@ -46,19 +45,6 @@ pub(crate) struct BatchLimits {
     pub max_batch_tokens: usize,
     pub max_batch_size: usize,
     pub max_queue_inputs: usize,
-}
-
-/// A snapshot of the queue, reported by `GET /info` under `load`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Load {
-    /// Inputs queued and not yet taken by a worker.
-    pub queued_inputs: usize,
-    /// Requests with at least one input not yet taken by a worker.
-    pub queued_requests: usize,
-    /// Workers currently running a batch.
-    pub busy_workers: usize,
-    /// Batches run since start-up.
-    pub batches: u64,
 }
 
 struct Job {

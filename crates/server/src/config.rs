@@ -6,48 +6,47 @@ use crate::auth::ApiKeys;
 use crate::error::ServerError;
 use crate::index::SharedIndex;
 
-/// Every limit of the server. `ServerConfig::default()` is a sensible CPU
-/// set-up; [`crate::serve`] validates the values before binding anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerConfig {
-    /// Most inputs in one request (`input` array length, texts in a
-    /// `/similarity` request counting both sides of each pair, `queries` in
-    /// `/search`). More: 413.
+/// Every limit of the server, written once: `ServerConfig::limits`, `GET /info`
+/// (under `limits`) and, with the `clap` feature, the command line's "Server
+/// limits" options (`bertflow serve --max-batch-size ...`). `Limits::default()`
+/// is a sensible CPU set-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct Limits {
+    /// Most inputs in one request (the `input` array, both texts of every /similarity
+    /// pair, /search `queries`). More: 413 too_many_inputs.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_inputs_per_request, value_name = "N", help_heading = "Server limits"))]
     pub max_inputs_per_request: usize,
-    /// Most characters (Unicode scalar values) in one input. More: 422.
+    /// Most characters in one input text. More: 422 input_too_long. (Inputs longer than
+    /// --max-len tokens are not refused but truncated, and reported in `truncated`.)
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_chars_per_input, value_name = "N", help_heading = "Server limits"))]
     pub max_chars_per_input: usize,
-    /// Most bytes in a request body. More: 413.
+    /// Most bytes in a request body. More: 413 body_too_large.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_body_bytes, value_name = "BYTES", help_heading = "Server limits"))]
     pub max_body_bytes: usize,
-    /// Most inputs waiting for a worker, over all requests. A request that
-    /// does not fit is answered 429 at once. Must be at least
-    /// `max_inputs_per_request` so that every admissible request can fit.
+    /// Most inputs waiting for a worker, over all requests. A request whose inputs do not
+    /// fit is answered 429 overloaded at once (with Retry-After: 1). Must be at least
+    /// --max-inputs-per-request.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_queue_inputs, value_name = "N", help_heading = "Server limits"))]
     pub max_queue_inputs: usize,
-    /// Token budget of one `embed` call: the sum over the batch of
-    /// `min(tokenize_len, max_len)`. A single input over the budget still
-    /// runs, alone.
+    /// Token budget of one batch: the sum over its inputs of their token counts (capped at
+    /// --max-len). A single longer input still runs, alone.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_batch_tokens, value_name = "TOKENS", help_heading = "Server limits"))]
     pub max_batch_tokens: usize,
-    /// Most inputs in one `embed` call.
+    /// Most inputs in one batch.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_batch_size, value_name = "N", help_heading = "Server limits"))]
     pub max_batch_size: usize,
-    /// Worker threads calling the backend (each runs one batch at a time).
+    /// Worker threads calling the backend, each running one batch at a time
+    /// (the command line's `--workers`, default 2, is its own option, listed
+    /// first).
+    #[cfg_attr(feature = "clap", arg(skip = 1usize))]
     pub workers: usize,
-    /// Largest `top_k` accepted by `/search`. More: 422.
+    /// Largest `top_k` accepted by /search. More: 422 invalid_field.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_top_k, value_name = "N", help_heading = "Server limits"))]
     pub max_top_k: usize,
-    /// Sentences to index for `/search`, embedded at start-up through the
-    /// backend. `None`: `/search` answers 404 `no_corpus`. An empty list is a
-    /// configuration error.
-    pub corpus: Option<Vec<String>>,
-    /// A ready index for `/search` (e.g. a memory-mapped `bertflow index`
-    /// file); its dimension must be the backend's. Exclusive with `corpus`.
-    pub search_index: Option<SharedIndex>,
-    /// Keys accepted in `Authorization: Bearer KEY` on every route but
-    /// `/health`; empty (the default): no authentication.
-    pub api_keys: ApiKeys,
-    /// Write the input texts into the request log lines (off by default:
-    /// texts may be private).
-    pub log_inputs: bool,
 }
 
-impl Default for ServerConfig {
+impl Default for Limits {
     fn default() -> Self {
         Self {
             max_inputs_per_request: 256,
@@ -58,28 +57,11 @@ impl Default for ServerConfig {
             max_batch_size: 64,
             workers: 1,
             max_top_k: 1000,
-            corpus: None,
-            search_index: None,
-            api_keys: ApiKeys::none(),
-            log_inputs: false,
         }
     }
 }
 
-/// The limits as reported by `GET /info`.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub(crate) struct Limits {
-    pub max_inputs_per_request: usize,
-    pub max_chars_per_input: usize,
-    pub max_body_bytes: usize,
-    pub max_queue_inputs: usize,
-    pub max_batch_tokens: usize,
-    pub max_batch_size: usize,
-    pub workers: usize,
-    pub max_top_k: usize,
-}
-
-impl ServerConfig {
+impl Limits {
     /// Check that every limit is usable.
     pub fn validate(&self) -> Result<(), ServerError> {
         let positive = [
@@ -103,6 +85,36 @@ impl ServerConfig {
                 self.max_queue_inputs, self.max_inputs_per_request
             )));
         }
+        Ok(())
+    }
+}
+
+/// How to run the server: its [`Limits`], what `/search` searches, who may
+/// call it and what it logs. [`crate::serve`] validates it before binding
+/// anything.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerConfig {
+    /// Every limit (see [`Limits`]).
+    pub limits: Limits,
+    /// Sentences to index for `/search`, embedded at start-up through the
+    /// backend. `None`: `/search` answers 404 `no_corpus`. An empty list is a
+    /// configuration error.
+    pub corpus: Option<Vec<String>>,
+    /// A ready index for `/search` (e.g. a memory-mapped `bertflow index`
+    /// file); its dimension must be the backend's. Exclusive with `corpus`.
+    pub search_index: Option<SharedIndex>,
+    /// Keys accepted in `Authorization: Bearer KEY` on every route but
+    /// `/health`; empty (the default): no authentication.
+    pub api_keys: ApiKeys,
+    /// Write the input texts into the request log lines (off by default:
+    /// texts may be private).
+    pub log_inputs: bool,
+}
+
+impl ServerConfig {
+    /// Check that every limit is usable and that the search options agree.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        self.limits.validate()?;
         if self.corpus.is_some() && self.search_index.is_some() {
             return Err(ServerError::Config(
                 "give either a corpus to embed or a ready search index, not both".into(),
@@ -114,19 +126,6 @@ impl ServerConfig {
             ));
         }
         Ok(())
-    }
-
-    pub(crate) fn limits(&self) -> Limits {
-        Limits {
-            max_inputs_per_request: self.max_inputs_per_request,
-            max_chars_per_input: self.max_chars_per_input,
-            max_body_bytes: self.max_body_bytes,
-            max_queue_inputs: self.max_queue_inputs,
-            max_batch_tokens: self.max_batch_tokens,
-            max_batch_size: self.max_batch_size,
-            workers: self.workers,
-            max_top_k: self.max_top_k,
-        }
     }
 }
 
@@ -142,15 +141,21 @@ mod tests {
     #[test]
     fn rejects_zero_limits_and_small_queue_and_empty_corpus() {
         let zero = ServerConfig {
-            max_batch_tokens: 0,
+            limits: Limits {
+                max_batch_tokens: 0,
+                ..Limits::default()
+            },
             ..ServerConfig::default()
         };
         assert!(
             matches!(zero.validate(), Err(ServerError::Config(m)) if m.contains("max_batch_tokens"))
         );
         let small_queue = ServerConfig {
-            max_inputs_per_request: 10,
-            max_queue_inputs: 9,
+            limits: Limits {
+                max_inputs_per_request: 10,
+                max_queue_inputs: 9,
+                ..Limits::default()
+            },
             ..ServerConfig::default()
         };
         assert!(small_queue.validate().is_err());

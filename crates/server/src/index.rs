@@ -9,17 +9,7 @@ use crate::error::ServerError;
 
 /// Cosine similarity computed in f64; 0 when either vector is zero.
 pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut dot, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        dot += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if aa == 0.0 || bb == 0.0 {
-        return 0.0;
-    }
-    dot / (aa.sqrt() * bb.sqrt())
+    bertflow_core::numeric::cosine(a.iter().copied(), b.iter().copied())
 }
 
 /// `v / |v|` in f64; the zero vector stays zero (so its scores are 0).
@@ -132,24 +122,12 @@ impl CorpusIndex {
     pub(crate) fn search_exact(&self, query: &[f32], top_k: usize) -> Vec<Hit> {
         let q: ndarray::Array1<f32> = unit(query).into_iter().map(|x| x as f32).collect();
         let scores = self.vectors.dot(&q);
-        let mut ranked: Vec<(usize, f64)> =
-            scores.iter().map(|&s| f64::from(s)).enumerate().collect();
-        let order = |a: &(usize, f64), b: &(usize, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let k = top_k.min(ranked.len());
-        if k == 0 {
-            return Vec::new();
-        }
-        if k < ranked.len() {
-            ranked.select_nth_unstable_by(k - 1, order);
-            ranked.truncate(k);
-        }
-        ranked.sort_unstable_by(order);
-        ranked
+        bertflow_core::index::top_k(scores.iter().copied().enumerate(), top_k)
             .into_iter()
             .map(|(index, score)| Hit {
                 index,
                 text: self.texts[index].clone(),
-                score,
+                score: f64::from(score),
             })
             .collect()
     }

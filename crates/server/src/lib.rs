@@ -98,11 +98,11 @@
 //! ## Batching, back-pressure, shutdown
 //!
 //! Inputs of concurrent requests are packed into one [`EmbedBackend::embed`]
-//! call up to [`ServerConfig::max_batch_tokens`] (token counts from
+//! call up to [`Limits::max_batch_tokens`] (token counts from
 //! [`EmbedBackend::tokenize_len`] clamped to `max_len`) and
-//! [`ServerConfig::max_batch_size`]; larger requests are split across batches
+//! [`Limits::max_batch_size`]; larger requests are split across batches
 //! and reassembled in order. The queue holds at most
-//! [`ServerConfig::max_queue_inputs`] waiting inputs; a request that does not
+//! [`Limits::max_queue_inputs`] waiting inputs; a request that does not
 //! fit is answered 429 at once (with `Retry-After: 1`). On shutdown the
 //! server stops accepting connections, answers every request already received
 //! (queued ones included), stops its workers and returns.
@@ -120,7 +120,9 @@ mod metrics;
 #[cfg(feature = "model")]
 pub mod model;
 mod openapi;
+mod routes;
 mod search;
+mod state;
 mod tools;
 
 use std::future::Future;
@@ -130,16 +132,16 @@ use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
 pub use backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
-pub use batcher::Load;
-pub use config::ServerConfig;
+pub use config::{Limits, ServerConfig};
 pub use error::{ApiError, ServerError};
 pub use index::{Hit, SearchIndex, SharedIndex};
 pub use logging::{init_logging, LogFormat};
+pub use metrics::Load;
 pub use openapi::openapi_document;
 
-use api::AppState;
 use batcher::{BatchLimits, Batcher};
 use index::CorpusIndex;
+use state::AppState;
 
 /// Serve on `listener` until `shutdown` completes, then stop accepting,
 /// finish every request already received and return.
@@ -154,7 +156,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let state = start(backend, config).await?;
-    let served = axum::serve(listener, api::router(Arc::clone(&state)))
+    let served = axum::serve(listener, routes::router(Arc::clone(&state)))
         .with_graceful_shutdown(shutdown)
         .await;
 
@@ -188,7 +190,7 @@ impl App {
 
     /// Every route, as [`serve`] serves them.
     pub fn router(&self) -> axum::Router {
-        api::router(Arc::clone(&self.state))
+        routes::router(Arc::clone(&self.state))
     }
 
     /// Stops the batcher's workers (requests still queued are answered first).
@@ -216,7 +218,7 @@ async fn start(
             (Some(corpus), _) => {
                 let backend = Arc::clone(&backend);
                 let (dimension, max_len) = (info.dimension, info.max_len);
-                let (tokens, size) = (config.max_batch_tokens, config.max_batch_size);
+                let (tokens, size) = (config.limits.max_batch_tokens, config.limits.max_batch_size);
                 let built = tokio::task::spawn_blocking(move || {
                     CorpusIndex::build(backend.as_ref(), corpus, dimension, max_len, tokens, size)
                 })
@@ -247,11 +249,11 @@ async fn start(
         Arc::clone(&backend),
         info.dimension,
         BatchLimits {
-            max_batch_tokens: config.max_batch_tokens,
-            max_batch_size: config.max_batch_size,
-            max_queue_inputs: config.max_queue_inputs,
+            max_batch_tokens: config.limits.max_batch_tokens,
+            max_batch_size: config.limits.max_batch_size,
+            max_queue_inputs: config.limits.max_queue_inputs,
         },
-        config.workers,
+        config.limits.workers,
         Arc::clone(&metrics),
     )?;
     Ok(Arc::new(AppState {
@@ -261,7 +263,7 @@ async fn start(
         batcher,
         index,
         metrics,
-        request_ids: access::RequestIds::default(),
+        request_ids: state::RequestIds::default(),
     }))
 }
 

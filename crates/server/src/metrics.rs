@@ -7,8 +7,21 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-use crate::batcher::Load;
 use crate::error::ServerError;
+use serde::Serialize;
+
+/// A snapshot of the queue, reported by `GET /info` under `load`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Load {
+    /// Inputs queued and not yet taken by a worker.
+    pub queued_inputs: usize,
+    /// Requests with at least one input not yet taken by a worker.
+    pub queued_requests: usize,
+    /// Workers currently running a batch.
+    pub busy_workers: usize,
+    /// Batches run since start-up.
+    pub batches: u64,
+}
 
 /// Latency buckets in seconds: 1 ms to 30 s.
 const LATENCY_BUCKETS: &[f64] = &[

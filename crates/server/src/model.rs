@@ -6,21 +6,16 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use bertflow_core::indexing::index_identity;
-use bertflow_core::LoadedCalibrator;
-use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling, TokenWeights};
-use bertflow_index::{Ann, Identity, Index};
+use bertflow_core::encoder::EncodeOptions;
+use bertflow_core::index::{Ann, Identity, Index};
+use bertflow_core::Pipeline;
 
 use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
 use crate::index::{Hit, SearchIndex};
 
-/// The BERT encoder with one pooling and an optional calibrator.
+/// A [`Pipeline`] (model, pooling, token weights, calibrator) as the server's backend.
 pub struct ModelBackend {
-    encoder: Encoder,
-    source: PoolSource,
-    calibrator: Option<LoadedCalibrator>,
-    /// The calibrator's token weights (`None`: the plain mean).
-    weights: Option<TokenWeights>,
+    pipeline: Pipeline,
     opts: EncodeOptions,
     info: BackendInfo,
     identity: Identity,
@@ -28,41 +23,26 @@ pub struct ModelBackend {
 
 impl ModelBackend {
     /// `batch_size` sentences per forward pass; each call runs on one core
-    /// (parallelism comes from the server's batch workers). The calibrator
-    /// must already be checked against the encoder and pooling.
-    pub fn new(
-        encoder: Encoder,
-        pooling: &Pooling,
-        calibrator: Option<LoadedCalibrator>,
-        batch_size: usize,
-    ) -> Result<Self, BackendError> {
-        let source = encoder.source(pooling).map_err(|e| {
-            BackendError::new(format!(
-                "pooling {pooling} does not apply to this model: {e}"
-            ))
-        })?;
-        let identity = index_identity(&encoder, pooling, calibrator.as_ref())
+    /// (parallelism comes from the server's batch workers). The pipeline has
+    /// checked its calibrator against the model and pooling.
+    pub fn new(pipeline: Pipeline, batch_size: usize) -> Result<Self, BackendError> {
+        let identity = pipeline
+            .identity()
             .map_err(|e| BackendError::new(e.chain()))?;
-        let weights = match &calibrator {
-            Some(c) => c.weights().map_err(|e| BackendError::new(e.chain()))?,
-            None => None,
-        };
+        let info = pipeline.info();
         let info = BackendInfo {
-            model_id: encoder.model_id().to_string(),
-            pooling: pooling.to_string(),
-            calibrator: calibrator.as_ref().map(LoadedCalibrator::describe),
-            dimension: identity.dimension,
-            max_len: encoder.max_len(),
+            model_id: info.model_id,
+            pooling: info.pooling,
+            calibrator: info.calibrator,
+            dimension: info.dimension,
+            max_len: info.max_len,
         };
         let opts = EncodeOptions {
             batch_size: batch_size.max(1),
             threads: 1,
         };
         Ok(Self {
-            encoder,
-            source,
-            calibrator,
-            weights,
+            pipeline,
             opts,
             info,
             identity,
@@ -82,17 +62,18 @@ impl EmbedBackend for ModelBackend {
 
     fn tokenize_len(&self, text: &str) -> usize {
         // A text the tokenizer refuses costs a full sequence; `embed` then reports the error.
-        self.encoder
+        let encoder = self.pipeline.encoder();
+        encoder
             .tokenizer()
             .encode(text)
-            .map_or(self.encoder.max_len(), |ids| ids.len())
+            .map_or(encoder.max_len(), |ids| ids.len())
     }
 
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         // Exactly what `embed` feeds the model: [CLS] ... [SEP], cut at max_len.
-        let tokenizer = self.encoder.tokenizer();
-        let tokenized = self
-            .encoder
+        let encoder = self.pipeline.encoder();
+        let tokenizer = encoder.tokenizer();
+        let tokenized = encoder
             .tokenize(text)
             .map_err(|e| BackendError::new(format!("tokenisation failed: {e}")))
             .and_then(|(ids, truncated)| {
@@ -115,26 +96,13 @@ impl EmbedBackend for ModelBackend {
 
     fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
         let out = self
-            .encoder
-            .encode_weighted(
-                texts,
-                std::slice::from_ref(&self.source),
-                &self.opts,
-                self.weights.as_ref(),
-                &|_| {},
-            )
+            .pipeline
+            .embed_batch(texts, &self.opts)
             .map_err(|e| BackendError::new(format!("encoding failed: {e}")))?;
-        let raw = out
-            .embeddings
-            .into_iter()
-            .next()
-            .ok_or_else(|| BackendError::new("the encoder returned no embeddings"))?;
-        let vectors = match &self.calibrator {
-            Some(c) => c
-                .apply(raw.view())
-                .map_err(|e| BackendError::new(format!("calibrator failed: {}", e.chain())))?,
-            None => raw,
-        };
+        let vectors = self
+            .pipeline
+            .calibrate(out.vectors)
+            .map_err(|e| BackendError::new(format!("calibrator failed: {}", e.chain())))?;
         if vectors.nrows() != texts.len()
             || out.tokens.len() != texts.len()
             || out.truncated.len() != texts.len()
@@ -175,7 +143,7 @@ impl Default for IndexOptions {
         Self {
             verify: false,
             ann: false,
-            ef_search: bertflow_index::DEFAULT_EF_SEARCH,
+            ef_search: bertflow_core::index::DEFAULT_EF_SEARCH,
         }
     }
 }

@@ -7,9 +7,9 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
 use crate::access::Ctx;
-use crate::api::{check_count, check_text, embed_texts, ApiJson, AppResult, AppState};
 use crate::error::ApiError;
 use crate::index::Hit;
+use crate::state::{check_count, check_text, embed_texts, ApiJson, AppResult, AppState};
 
 /// Either `query` or `queries`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -60,16 +60,16 @@ pub(crate) async fn search(
         return Err(ApiError::NoCorpus);
     }
     let top_k = request.top_k.unwrap_or(DEFAULT_TOP_K);
-    if top_k == 0 || top_k > state.config.max_top_k {
+    if top_k == 0 || top_k > state.config.limits.max_top_k {
         return Err(ApiError::invalid(
             Some("top_k"),
             format!(
                 "top_k must be between 1 and {}, got {top_k}",
-                state.config.max_top_k
+                state.config.limits.max_top_k
             ),
         ));
     }
-    let max_chars = state.config.max_chars_per_input;
+    let max_chars = state.config.limits.max_chars_per_input;
     let (queries, single) = match (request.query, request.queries) {
         (Some(query), None) => {
             check_text(&query, "query", max_chars)?;

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::access::Ctx;
-use crate::api::{parse_input, ApiJson, AppState};
 use crate::error::ApiError;
+use crate::state::{parse_input, ApiJson, AppState};
 
 // ---------------------------------------------------------------------------
 // POST /tokenize
@@ -21,7 +21,7 @@ use crate::error::ApiError;
 #[serde(deny_unknown_fields)]
 pub(crate) struct TokenizeRequest {
     /// A string or an array of strings.
-    #[schema(value_type = crate::api::Input)]
+    #[schema(value_type = crate::state::Input)]
     input: Value,
 }
 

@@ -244,13 +244,16 @@ async fn health_and_info() {
     let defaults = ServerConfig::default();
     assert_eq!(
         info["limits"]["max_inputs_per_request"],
-        defaults.max_inputs_per_request
+        defaults.limits.max_inputs_per_request
     );
     assert_eq!(
         info["limits"]["max_batch_tokens"],
-        defaults.max_batch_tokens
+        defaults.limits.max_batch_tokens
     );
-    assert_eq!(info["limits"]["max_body_bytes"], defaults.max_body_bytes);
+    assert_eq!(
+        info["limits"]["max_body_bytes"],
+        defaults.limits.max_body_bytes
+    );
     assert_eq!(info["load"]["queued_inputs"], 0);
     s.stop().await;
 }
@@ -294,7 +297,10 @@ async fn empty_input_is_400() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_inputs_is_413() {
     let config = ServerConfig {
-        max_inputs_per_request: 4,
+        limits: bertflow_server::Limits {
+            max_inputs_per_request: 4,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let s = TestServer::start(Fake::new(512), config).await;
@@ -324,7 +330,10 @@ async fn too_many_inputs_is_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn body_too_large_is_413() {
     let config = ServerConfig {
-        max_body_bytes: 1024,
+        limits: bertflow_server::Limits {
+            max_body_bytes: 1024,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let s = TestServer::start(Fake::new(512), config).await;
@@ -369,7 +378,10 @@ async fn chunked_post(addr: std::net::SocketAddr, path: &str, chunks: &[&str]) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_fields_are_422() {
     let config = ServerConfig {
-        max_chars_per_input: 50,
+        limits: bertflow_server::Limits {
+            max_chars_per_input: 50,
+            ..bertflow_server::Limits::default()
+        },
         corpus: Some(corpus()),
         ..ServerConfig::default()
     };
@@ -532,8 +544,11 @@ async fn corpus_is_indexed_in_batches_and_start_up_errors_are_reported() {
     // Indexing goes through the backend under the same batch limits.
     let fake = Fake::new(512);
     let config = ServerConfig {
+        limits: bertflow_server::Limits {
+            max_batch_size: 3,
+            ..bertflow_server::Limits::default()
+        },
         corpus: Some(corpus()),
-        max_batch_size: 3,
         ..ServerConfig::default()
     };
     let s = TestServer::start(fake.clone(), config).await;
@@ -559,7 +574,10 @@ async fn corpus_is_indexed_in_batches_and_start_up_errors_are_reported() {
     // So does an unusable configuration.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = ServerConfig {
-        workers: 0,
+        limits: bertflow_server::Limits {
+            workers: 0,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let result = bertflow_server::serve(Fake::new(512), config, listener, async {}).await;

@@ -27,10 +27,13 @@ fn texts_for(client: usize, request: usize) -> Vec<String> {
 async fn concurrent_clients_get_their_own_vectors_and_requests_are_batched() {
     let fake = Arc::new(Fake::with(512, Duration::from_millis(2)));
     let config = ServerConfig {
-        max_batch_tokens: 256,
-        max_batch_size: 32,
-        max_queue_inputs: 4096,
-        workers: 2,
+        limits: bertflow_server::Limits {
+            max_batch_tokens: 256,
+            max_batch_size: 32,
+            max_queue_inputs: 4096,
+            workers: 2,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let s = Arc::new(TestServer::start(fake.clone(), config).await);
@@ -141,8 +144,11 @@ async fn queued_requests_are_packed_into_one_batch() {
 async fn large_requests_are_split_under_size_and_token_budget() {
     let fake = Fake::new(512);
     let config = ServerConfig {
-        max_batch_size: 3,
-        max_batch_tokens: 13,
+        limits: bertflow_server::Limits {
+            max_batch_size: 3,
+            max_batch_tokens: 13,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let s = TestServer::start(fake.clone(), config).await;
@@ -213,9 +219,12 @@ async fn overload_answers_429_promptly_and_the_rest_succeed() {
     let fake = Fake::new(512);
     fake.gate.set_closed(true); // a backend slower than the test
     let config = ServerConfig {
-        max_inputs_per_request: 1,
-        max_queue_inputs: 2,
-        max_batch_size: 1,
+        limits: bertflow_server::Limits {
+            max_inputs_per_request: 1,
+            max_queue_inputs: 2,
+            max_batch_size: 1,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let s = Arc::new(TestServer::start(fake.clone(), config).await);
@@ -264,9 +273,12 @@ async fn overload_sends_retry_after() {
     let fake = Fake::new(512);
     fake.gate.set_closed(true);
     let config = ServerConfig {
-        max_inputs_per_request: 2,
-        max_queue_inputs: 2,
-        max_batch_size: 1,
+        limits: bertflow_server::Limits {
+            max_inputs_per_request: 2,
+            max_queue_inputs: 2,
+            max_batch_size: 1,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let s = Arc::new(TestServer::start(fake.clone(), config).await);
@@ -300,7 +312,10 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
     let fake = Arc::new(Fake::with(512, Duration::from_millis(20)));
     fake.gate.set_closed(true);
     let config = ServerConfig {
-        max_batch_size: 1,
+        limits: bertflow_server::Limits {
+            max_batch_size: 1,
+            ..bertflow_server::Limits::default()
+        },
         ..ServerConfig::default()
     };
     let mut s = TestServer::start(fake.clone(), config).await;

@@ -91,10 +91,13 @@ fn server() -> &'static Server {
             .build()
             .expect("a tokio runtime");
         let config = ServerConfig {
-            max_inputs_per_request: 16,
-            max_chars_per_input: 200,
-            max_body_bytes: 64 * 1024,
-            max_top_k: 12,
+            limits: bertflow_server::Limits {
+                max_inputs_per_request: 16,
+                max_chars_per_input: 200,
+                max_body_bytes: 64 * 1024,
+                max_top_k: 12,
+                ..bertflow_server::Limits::default()
+            },
             corpus: Some((0..20).map(|i| format!("corpus sentence {i}")).collect()),
             ..ServerConfig::default()
         };

@@ -1,0 +1,395 @@
+//! The pipeline every front end runs: a model, one pooling, the token
+//! weighting, the precision of the forward pass and an optional calibrator,
+//! opened from one [`PipelineConfig`] and checked together once.
+//!
+//! The rule for token weights lives here (and in [`Weighting::adopt`]): a
+//! calibrator brings the weights it was fitted with (asking for another
+//! weighting is an error); without one, the weighting asked for is used, its
+//! word-piece frequencies read from its frequency file or counted on a corpus
+//! ([`Pipeline::count_weights`]: the input of `encode`, the fit corpus).
+use crate::calibration::{model_identity, LoadedCalibrator};
+use crate::embedder::{Embedder, EmbedderConfig};
+use crate::error::Result;
+use crate::progress::SharedProgress;
+use crate::weighting::{Adopt, Weighting};
+use bertflow_calib::{Calibrator, WeightingMeta};
+use bertflow_encoder::{
+    EncodeOptions, Encoder, PoolSource, Pooling, Precision, TokenWeights, WeightingSpec,
+};
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// What makes the vectors: the model (and how to run it), the pooling, an
+/// optional calibrator file and the token weighting. With core's `clap`
+/// feature it is the command line's options (the weighting is flattened
+/// separately by the commands that offer `--weighting`); it reads and writes
+/// as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct PipelineConfig {
+    #[cfg_attr(feature = "clap", command(flatten))]
+    #[serde(flatten)]
+    pub model: EmbedderConfig,
+    /// Pooling; see `bertflow poolings`.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)
+    )]
+    #[serde(with = "as_str")]
+    pub pooling: Pooling,
+    /// Calibrator file (from `bertflow fit`) applied to every vector.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
+    pub calibrator: Option<PathBuf>,
+    /// Allow a calibrator fitted on another model or pooling (never another dimension).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub allow_mismatch: bool,
+    /// The token weighting asked for (see the module's rule).
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[serde(flatten)]
+    pub weighting: Weighting,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            model: EmbedderConfig::default(),
+            pooling: Pooling::LastAvg,
+            calibrator: None,
+            allow_mismatch: false,
+            weighting: Weighting::default(),
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// Opens the calibrator (first: a bad file fails before the model loads),
+    /// loads the model and checks them together (see [`Pipeline::new`]).
+    pub fn open(&self, progress: SharedProgress) -> Result<Pipeline> {
+        let calibrator = self
+            .calibrator
+            .as_deref()
+            .map(|p| LoadedCalibrator::open(p, self.allow_mismatch))
+            .transpose()?;
+        let embedder = self.model.load(progress)?;
+        Pipeline::new(
+            embedder,
+            self.pooling.clone(),
+            calibrator,
+            self.weighting.clone(),
+        )
+    }
+}
+
+/// A loaded model with its pooling, token weights and calibrator, checked
+/// together.
+pub struct Pipeline {
+    embedder: Embedder,
+    pooling: Pooling,
+    source: PoolSource,
+    calibrator: Option<LoadedCalibrator>,
+    /// The weighting asked for (as given: spec and frequency file).
+    weighting: Weighting,
+    /// The weights in use, once known (`None`: the plain mean, or counts
+    /// still to be taken on a corpus).
+    weights: Option<TokenWeights>,
+}
+
+/// What a pipeline makes, for `GET /info`, logs and output metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PipelineInfo {
+    /// The model as given (directory or hub id).
+    pub model_id: String,
+    /// The model identity recorded in calibrator files (`name@fingerprint`).
+    pub model: String,
+    /// Canonical name of the pooling.
+    pub pooling: String,
+    /// The token weighting in use (`mean`: none).
+    pub weighting: String,
+    /// The calibrator's description, if any.
+    pub calibrator: Option<String>,
+    /// Length of the vectors made (the calibrator's output dimension).
+    pub dimension: usize,
+    /// Token limit per sentence, [CLS] and [SEP] included.
+    pub max_len: usize,
+    /// Arithmetic of the forward pass.
+    pub precision: String,
+}
+
+/// One batch encoded without the cache: the vectors (one row per text) and
+/// what the tokenizer did.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub vectors: Array2<f32>,
+    /// Tokens per sentence after truncation, special tokens included.
+    pub tokens: Vec<usize>,
+    /// Whether each sentence was longer than `max_len` tokens.
+    pub truncated: Vec<bool>,
+}
+
+impl Pipeline {
+    /// Checks `pooling` against the model, `calibrator` (if any) against the
+    /// model, pooling and dimension (warnings for an allowed mismatch go to the
+    /// embedder's progress), and resolves the token weights by the module's
+    /// rule: the calibrator's (refusing another `weighting` than `mean` or its
+    /// own); else `weighting`, which needs an averaging pooling, read now unless
+    /// it counts its frequencies on a corpus.
+    pub fn new(
+        embedder: Embedder,
+        pooling: Pooling,
+        calibrator: Option<LoadedCalibrator>,
+        weighting: Weighting,
+    ) -> Result<Self> {
+        let weights = match &calibrator {
+            Some(c) => {
+                c.check(&embedder.encoder, &pooling, &*embedder.progress)?;
+                weighting.adopt(c.weights()?, Adopt::Unless(&c.path))?
+            }
+            None => {
+                crate::fitting::check_weighting(&embedder.encoder, &pooling, &weighting)?;
+                if weighting.needs_corpus() {
+                    None
+                } else {
+                    weighting.weights(&embedder.encoder, &[])?
+                }
+            }
+        };
+        let source = embedder.encoder.source(&pooling)?;
+        Ok(Self {
+            embedder,
+            pooling,
+            source,
+            calibrator,
+            weighting,
+            weights,
+        })
+    }
+
+    /// Whether the token weights are known (false only while a weighting
+    /// waits for [`Pipeline::count_weights`]).
+    pub fn weights_ready(&self) -> bool {
+        !self.weighting.needs_corpus() || self.weights.is_some() || self.calibrator.is_some()
+    }
+
+    /// The weights in use (`None`: the plain mean, or not counted yet).
+    pub fn weights(&self) -> Option<&TokenWeights> {
+        self.weights.as_ref()
+    }
+
+    /// Counts the weighting's word-piece frequencies on `corpus` when they
+    /// are still unknown (a calibrator's or a frequency file's weights stay).
+    pub fn count_weights(&mut self, corpus: &[String]) -> Result<()> {
+        if !self.weights_ready() {
+            self.weights = self.weighting.weights(&self.embedder.encoder, corpus)?;
+        }
+        Ok(())
+    }
+
+    /// Counts the frequencies on `corpus` whatever they were before (the
+    /// Python `Encoder.fit_weighting`; a no-op for the plain mean).
+    pub fn recount_weights(&mut self, corpus: &[String]) -> Result<()> {
+        let counted = Weighting {
+            freq_file: None,
+            fixed: None,
+            ..self.weighting.clone()
+        };
+        self.weights = counted.weights(&self.embedder.encoder, corpus)?;
+        Ok(())
+    }
+
+    /// Takes the weights recorded in a calibrator file (`None`: the plain
+    /// mean) for a pipeline without calibrator that was given its weighting
+    /// ([`Adopt::Same`]: the file's weighting must be this one).
+    pub fn use_weights_of(&mut self, meta: Option<&WeightingMeta>) -> Result<()> {
+        let own = meta.map(crate::weighting::from_meta).transpose()?;
+        self.weights = self.weighting.adopt(own, Adopt::Same)?;
+        Ok(())
+    }
+
+    /// The calibrator-file record of the weights in use (`None`: the plain
+    /// mean); an error while they are not counted yet.
+    pub fn weighting_record(&self) -> Result<Option<WeightingMeta>> {
+        match (&self.weights, self.weighting.is_plain_mean()) {
+            (_, true) => Ok(None),
+            (Some(w), false) => Ok(Some(crate::weighting::to_meta(
+                w,
+                self.weighting.counts_from(),
+            ))),
+            (None, false) => Err(self.not_counted()),
+        }
+    }
+
+    fn not_counted(&self) -> crate::CoreError {
+        crate::CoreError::Input(format!(
+            "weighting {} needs word-piece frequencies: call fit_weighting(corpus) first, \
+             or pass freq_file",
+            self.weighting.label()
+        ))
+    }
+
+    /// The weighting to hand to workflows that count per corpus (the STS
+    /// grid): the calibrator's exact weights when it has some, else the
+    /// weighting asked for.
+    pub fn grid_weighting(&self) -> Weighting {
+        match (&self.calibrator, &self.weights) {
+            (Some(_), Some(w)) => Weighting::fixed(w.clone()),
+            _ => self.weighting.clone(),
+        }
+    }
+
+    /// The raw (uncalibrated) embeddings of `texts`, through the cache.
+    pub fn embed(&self, texts: &[String]) -> Result<Array2<f32>> {
+        if !self.weights_ready() {
+            return Err(self.not_counted());
+        }
+        self.embedder
+            .embed_weighted(texts, &self.pooling, self.weights.as_ref())
+    }
+
+    /// The calibrated embeddings of `texts` (through the cache).
+    pub fn encode(&self, texts: &[String]) -> Result<Array2<f32>> {
+        let raw = self.embed(texts)?;
+        self.calibrate(raw)
+    }
+
+    /// The raw embeddings of one batch without the cache or progress, with
+    /// `opts` (the server: one thread per call).
+    pub fn embed_batch<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        opts: &EncodeOptions,
+    ) -> Result<Batch> {
+        if !self.weights_ready() {
+            return Err(self.not_counted());
+        }
+        let out = self.embedder.encoder.encode_weighted(
+            texts,
+            std::slice::from_ref(&self.source),
+            opts,
+            self.weights.as_ref(),
+            &|_| {},
+        )?;
+        let vectors =
+            out.embeddings.into_iter().next().ok_or_else(|| {
+                crate::CoreError::Input("the encoder returned no embeddings".into())
+            })?;
+        Ok(Batch {
+            vectors,
+            tokens: out.tokens,
+            truncated: out.truncated,
+        })
+    }
+
+    /// Applies the calibrator (if any) to raw embeddings.
+    pub fn calibrate(&self, raw: Array2<f32>) -> Result<Array2<f32>> {
+        match &self.calibrator {
+            Some(c) => c.apply(raw.view()),
+            None => Ok(raw),
+        }
+    }
+
+    /// Length of the vectors made.
+    pub fn dimension(&self) -> usize {
+        self.calibrator
+            .as_ref()
+            .map_or(self.embedder.encoder.dim(), |c| c.fitted.output_dim())
+    }
+
+    /// What it makes.
+    pub fn info(&self) -> PipelineInfo {
+        let enc = &self.embedder.encoder;
+        PipelineInfo {
+            model_id: enc.model_id().to_string(),
+            model: model_identity(enc),
+            pooling: self.pooling.to_string(),
+            weighting: match &self.weights {
+                Some(w) => Weighting::new(w.spec.clone()).label(),
+                None => self.weighting.label(),
+            },
+            calibrator: self.calibrator.as_ref().map(LoadedCalibrator::describe),
+            dimension: self.dimension(),
+            max_len: enc.max_len(),
+            precision: enc.precision().to_string(),
+        }
+    }
+
+    /// The identity of the vectors it makes, as a `bertflow index` records it.
+    #[cfg(feature = "index")]
+    pub fn identity(&self) -> Result<bertflow_index::Identity> {
+        crate::indexing::index_identity(
+            &self.embedder.encoder,
+            &self.pooling,
+            self.calibrator.as_ref(),
+        )
+    }
+
+    pub fn encoder(&self) -> &Encoder {
+        &self.embedder.encoder
+    }
+
+    pub fn embedder(&self) -> &Embedder {
+        &self.embedder
+    }
+
+    /// The embedder, to change how it runs (batch size, progress).
+    pub fn embedder_mut(&mut self) -> &mut Embedder {
+        &mut self.embedder
+    }
+
+    pub fn pooling(&self) -> &Pooling {
+        &self.pooling
+    }
+
+    pub fn calibrator(&self) -> Option<&LoadedCalibrator> {
+        self.calibrator.as_ref()
+    }
+
+    /// The weighting asked for.
+    pub fn weighting(&self) -> &Weighting {
+        &self.weighting
+    }
+
+    /// The embedder and the calibrator, for workflows that take them apart
+    /// (the STS grid).
+    pub fn into_parts(self) -> (Embedder, Option<LoadedCalibrator>) {
+        (self.embedder, self.calibrator)
+    }
+}
+
+/// A value as its `Display` string and back through `FromStr` (poolings,
+/// precisions, weighting specs in JSON configs).
+pub mod as_str {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(D::Error::custom)
+    }
+}
+
+/// Parses a pooling for the command line.
+pub fn parse_pooling(s: &str) -> Result<Pooling, String> {
+    s.parse::<Pooling>().map_err(|e| e.to_string())
+}
+
+/// Parses a precision for the command line.
+pub fn parse_precision(s: &str) -> Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.to_string())
+}
+
+/// Parses a weighting spec for the command line.
+pub fn parse_weighting(s: &str) -> Result<WeightingSpec, String> {
+    s.parse::<WeightingSpec>().map_err(|e| e.to_string())
+}
