@@ -182,10 +182,10 @@ impl PyEncoder {
             })
             .map_err(errors::core)?;
         let enc = &embedder.encoder;
-        enc.source(&pooling).map_err(errors::encoder)?;
+        let dim = bertflow_core::st_pipeline::dim(enc, &pooling).map_err(errors::core)?;
         Ok(PyEncoder {
             pooling,
-            dim: enc.dim(),
+            dim,
             model_id: enc.model_id().to_string(),
             fingerprint: enc.fingerprint().to_string(),
             identity: model_identity(enc),

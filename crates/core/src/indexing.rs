@@ -21,7 +21,10 @@ pub fn index_identity(
     pooling: &Pooling,
     calibrator: Option<&LoadedCalibrator>,
 ) -> Result<Identity> {
-    let dimension = calibrator.map_or(encoder.dim(), |c| c.fitted.output_dim());
+    let dimension = match calibrator {
+        Some(c) => c.fitted.output_dim(),
+        None => crate::st_pipeline::dim(encoder, pooling)?,
+    };
     let calibrator = match calibrator {
         Some(c) => Some(format!(
             "{} {}",
@@ -50,7 +53,7 @@ pub fn embed_into_index(
     chunk: usize,
     writer: &mut IndexWriter,
 ) -> Result<usize> {
-    let source = embedder.encoder.source(pooling)?;
+    let source = crate::st_pipeline::source(&embedder.encoder, pooling)?;
     // A calibrator fitted with a token weighting brings its weights.
     let weights = calibrator.map(|c| c.weights()).transpose()?.flatten();
     let bar = embedder

@@ -32,6 +32,7 @@ pub mod io;
 pub mod matrix_file;
 pub mod progress;
 pub mod report;
+pub mod st_pipeline;
 pub mod weighting;
 
 pub use bertflow_durable as durable;

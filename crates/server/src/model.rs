@@ -36,9 +36,10 @@ impl ModelBackend {
         calibrator: Option<LoadedCalibrator>,
         batch_size: usize,
     ) -> Result<Self, BackendError> {
-        let source = encoder.source(pooling).map_err(|e| {
+        let source = bertflow_core::st_pipeline::source(&encoder, pooling).map_err(|e| {
             BackendError::new(format!(
-                "pooling {pooling} does not apply to this model: {e}"
+                "pooling {pooling} does not apply to this model: {}",
+                e.chain()
             ))
         })?;
         let identity = index_identity(&encoder, pooling, calibrator.as_ref())
@@ -52,7 +53,11 @@ impl ModelBackend {
             pooling: pooling.to_string(),
             calibrator: calibrator.as_ref().map(LoadedCalibrator::describe),
             dimension: identity.dimension,
-            max_len: encoder.max_len(),
+            // `st` truncates where the sentence-transformers directory says.
+            max_len: match &source {
+                PoolSource::St(head) => head.max_len,
+                _ => encoder.max_len(),
+            },
         };
         let opts = EncodeOptions {
             batch_size: batch_size.max(1),
@@ -85,7 +90,7 @@ impl EmbedBackend for ModelBackend {
         self.encoder
             .tokenizer()
             .encode(text)
-            .map_or(self.encoder.max_len(), |ids| ids.len())
+            .map_or(self.info.max_len, |ids| ids.len())
     }
 
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
@@ -93,7 +98,7 @@ impl EmbedBackend for ModelBackend {
         let tokenizer = self.encoder.tokenizer();
         let tokenized = self
             .encoder
-            .tokenize(text)
+            .tokenize_for(text, Some(&self.source))
             .map_err(|e| BackendError::new(format!("tokenisation failed: {e}")))
             .and_then(|(ids, truncated)| {
                 let tokens = ids
