@@ -92,8 +92,14 @@ impl Dense {
         for x in rows.chunks_exact(din) {
             for o in 0..dout {
                 let w = &self.weight[o * din..(o + 1) * din];
-                let mut acc = self.bias.as_ref().map_or(0.0, |b| b[o]);
-                acc += w.iter().zip(x).map(|(a, b)| a * b).sum::<f32>();
+                // f64 sums: a whitening's weights and bias are large and cancel.
+                let mut acc = self.bias.as_ref().map_or(0.0, |b| b[o] as f64);
+                acc += w
+                    .iter()
+                    .zip(x)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>();
+                let acc = acc as f32;
                 out.push(if self.tanh { acc.tanh() } else { acc });
             }
         }
