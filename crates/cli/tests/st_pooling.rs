@@ -235,3 +235,45 @@ fn pooling_st_on_a_plain_model_directory_says_it_needs_modules_json() {
     assert!(err.contains("modules.json"), "{err}");
     let _ = model();
 }
+
+#[test]
+fn index_build_takes_pooling_st_and_its_dimension() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = repo().join("crates/encoder/tests/fixtures/tiny-st/mean-dense");
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
+    let texts: Vec<&str> = golden["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let corpus = tmp.path().join("c.txt");
+    std::fs::write(&corpus, texts.join("\n")).unwrap();
+    let index = tmp.path().join("i.bfi");
+    let cache = tmp.path().join("cache");
+    let model = dir.to_str().unwrap();
+    ok(&bertflow(
+        &[
+            "index",
+            "build",
+            "--model",
+            model,
+            "--pooling",
+            "st",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "-o",
+            index.to_str().unwrap(),
+        ],
+        &cache,
+    ));
+    let info = ok(&bertflow(
+        &["index", "info", "--index", index.to_str().unwrap()],
+        &cache,
+    ));
+    assert!(
+        info.contains("8 sentences") && info.contains("dimension 8") && info.contains("pooling st"),
+        "{info}"
+    );
+}
