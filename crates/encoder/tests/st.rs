@@ -61,7 +61,9 @@ fn mean_max_sqrt_dense_tanh_identity_normalize_equal_sentence_transformers() {
     assert_eq!(enc.max_len(), 32);
     let src = enc.source(&Pooling::St).unwrap();
     let long = ["a big red car and a big red dog and a cat sleeps on the mat in the sun"];
-    let out = enc.encode(&long, &[src.clone()], &opts(), &|_| {}).unwrap();
+    let out = enc
+        .encode(&long, std::slice::from_ref(&src), &opts(), &|_| {})
+        .unwrap();
     assert_eq!((out.tokens[0], out.truncated[0]), (12, true));
     // With another pooling in the same call, each keeps its own truncation.
     let out = enc
@@ -154,7 +156,8 @@ fn a_directory_without_modules_json_is_an_error_saying_so() {
 #[test]
 fn malformed_directories_are_errors_naming_the_file() {
     let write = |p: &Path, rel: &str, text: &str| std::fs::write(p.join(rel), text).unwrap();
-    let cases: Vec<(&str, Box<dyn FnOnce(&Path)>, &str)> = vec![
+    type Edit<'a> = Box<dyn FnOnce(&Path) + 'a>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "mean-dense",
             Box::new(|p| write(p, "modules.json", "{not json")),
