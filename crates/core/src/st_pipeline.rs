@@ -43,10 +43,8 @@ pub fn source(enc: &Encoder, pooling: &Pooling) -> Result<PoolSource> {
 }
 
 /// The width of the vectors `pooling` makes from `enc` (the hidden size, or
-/// for `st` what the directory's pipeline outputs).
+/// for `st` what the directory's pipeline outputs); an error where the pooling
+/// does not apply to the model, as [`source`].
 pub fn dim(enc: &Encoder, pooling: &Pooling) -> Result<usize> {
-    Ok(match pooling {
-        Pooling::St => source(enc, pooling)?.dim(enc.dim()),
-        _ => enc.dim(),
-    })
+    Ok(source(enc, pooling)?.dim(enc.dim()))
 }
