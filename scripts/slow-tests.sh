@@ -14,6 +14,15 @@ cargo test --release --locked -p bertflow --test sts_scores --test auto_scores -
 cargo test --release --locked -p bertflow-fuzzkit --test fuzz -- --ignored "$@"
 # int8 encoder: mean cosine to fp32 >= 0.99 over the unique sentences of STS-B test.
 cargo test --release --locked -p bertflow-encoder --test int8 -- --ignored "$@"
+# all-mpnet-base-v2 (opt-in download, scripts/fetch_mpnet.sh) through the encoder's
+# last-avg against transformers on 300 STS-B test sentences; the reference vectors
+# are made with a torch environment named by BERTFLOW_REF_PYTHON (the test skips with
+# a message without them).
+scripts/fetch_mpnet.sh
+if [ -n "${BERTFLOW_REF_PYTHON:-}" ] && [ ! -f models/reference/all-mpnet-base-v2-stsb-last-avg.json ]; then
+  "$BERTFLOW_REF_PYTHON" scripts/reference/mpnet_stsb_reference.py
+fi
+cargo test --release --locked -p bertflow-encoder --test real_mpnet -- --ignored "$@"
 # Headless Chromium (Debian's package) opens the playground and the report; the tests
 # skip with a message when no browser can be had.
 if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

@@ -34,8 +34,8 @@ impl PyFitted {
         label: Option<String>,
     ) -> Self {
         let mut meta = CalibratorMeta::external(label, fingerprint, dim, n);
-        if let CalibSpec::Flow(cfg) = spec {
-            meta = meta.with_seed(cfg.seed);
+        if let Some(seed) = spec.seed() {
+            meta = meta.with_seed(seed);
         }
         PyFitted { fitted, meta }
     }
@@ -49,9 +49,14 @@ pub(crate) fn parse_spec(spec: &str) -> PyResult<CalibSpec> {
 #[pyfunction]
 fn spec_info(spec: &str) -> PyResult<(String, String, String)> {
     let s = parse_spec(spec)?;
-    s.validate().map_err(errors::calib)?;
     let json = serde_json::to_string(&s).map_err(|e| errors::calib_meta(e.to_string()))?;
     Ok((s.to_string(), s.kind().to_string(), json))
+}
+
+/// The registry of calibrator kinds as JSON (`bertflow kinds --json`).
+#[pyfunction]
+fn kinds() -> String {
+    bertflow_calib::registry::to_json().to_string()
 }
 
 /// Fits `spec` on the rows of `x` (GIL released). The file metadata records
@@ -164,7 +169,7 @@ impl PyFitted {
         }
     }
 
-    /// Kind: none, sn, whiten, natsv, sn+natsv or flow.
+    /// Kind: a name of the registry (`bertflow.kinds()`).
     #[getter]
     fn kind(&self) -> &'static str {
         self.fitted.kind()
@@ -239,6 +244,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFitted>()?;
     m.add_function(wrap_pyfunction!(advise, m)?)?;
     m.add_function(wrap_pyfunction!(spec_info, m)?)?;
+    m.add_function(wrap_pyfunction!(kinds, m)?)?;
     m.add_function(wrap_pyfunction!(fit, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(fitted_from_bytes, m)?)?;

@@ -1,14 +1,19 @@
 //! The STS tasks: loading, the sentence lists to embed and fit on, scoring.
-//! The loop over tasks (calling the user's embedding function) is in
-//! `python/bertflow/sts.py`.
+//! The loop over tasks is core's (`bertflow_core::grid::score_targets`, the
+//! one `bertflow eval` runs); `python/bertflow/sts.py` gives it the user's
+//! embedding function and calibrator.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::path::PathBuf;
+
+use bertflow_core::grid::{score_targets, Target};
 
 use bertflow_eval::{
     average, check_data_dir, dedup_preserving_order, evaluate, fit_sentences, load_task,
     resolve_data_dir, unique_sentences, Aggregate, EvalSet, FitCorpus, Task, TaskResult,
 };
-use numpy::PyReadonlyArray2;
+use numpy::{PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -19,7 +24,7 @@ use crate::errors;
 #[pyclass(module = "bertflow._bertflow", name = "StsTask", frozen)]
 pub struct PyStsTask {
     task: Task,
-    set: EvalSet,
+    target: Target,
     sentences: Vec<String>,
     data_dir: PathBuf,
 }
@@ -70,11 +75,15 @@ fn load_tasks(
         ordered
             .iter()
             .map(|&t| {
-                let set = load_task(&dir, t)?;
+                let set: EvalSet = load_task(&dir, t)?;
                 let sentences = unique_sentences(&set);
                 Ok(PyStsTask {
                     task: t,
-                    set,
+                    target: Target {
+                        name: t.name().to_string(),
+                        task: Some(t),
+                        set,
+                    },
                     sentences,
                     data_dir: dir.clone(),
                 })
@@ -92,6 +101,41 @@ fn average_results(results: Vec<PyRef<'_, PyTaskResult>>) -> Option<(f64, f64, u
     average(&rs).map(|a| (a.spearman, a.pearson, a.tasks))
 }
 
+/// Scores `tasks` in order with core's per-task loop (the one `bertflow
+/// eval` runs): `vectors(i)` returns the float32 embeddings of
+/// `tasks[i].sentences()` (calibrated as the caller wants), one row each.
+/// An exception raised by `vectors` propagates as it is.
+#[pyfunction]
+fn score_tasks(
+    tasks: Vec<PyRef<'_, PyStsTask>>,
+    aggregate: &str,
+    vectors: Bound<'_, PyAny>,
+) -> PyResult<Vec<PyTaskResult>> {
+    let agg = parse_aggregate(aggregate)?;
+    let targets: Vec<Target> = tasks.iter().map(|t| t.target.clone()).collect();
+    let sentences: Vec<Vec<String>> = tasks.iter().map(|t| t.sentences.clone()).collect();
+    let raised: RefCell<Option<PyErr>> = RefCell::new(None);
+    let results = score_targets(&targets, &sentences, agg, "", |i| {
+        let rows = vectors
+            .call1((i,))
+            .and_then(|v| v.cast_into::<PyArray2<f32>>().map_err(PyErr::from))
+            .map(|a| a.readonly().as_array().to_owned());
+        rows.map(Cow::Owned).map_err(|e| {
+            let msg = e.to_string();
+            *raised.borrow_mut() = Some(e);
+            bertflow_core::CoreError::Input(msg)
+        })
+    });
+    match (results, raised.into_inner()) {
+        (Ok(rs), _) => Ok(rs
+            .into_iter()
+            .map(|result| PyTaskResult { result })
+            .collect()),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(errors::core(e)),
+    }
+}
+
 #[pymethods]
 impl PyStsTask {
     /// Canonical name (STS12 ... SICK-R).
@@ -103,7 +147,7 @@ impl PyStsTask {
     /// Number of scored pairs.
     #[getter]
     fn num_pairs(&self) -> usize {
-        self.set.num_pairs()
+        self.target.set.num_pairs()
     }
 
     /// The distinct sentences to embed, in the order `evaluate` expects rows.
@@ -131,7 +175,7 @@ impl PyStsTask {
         let agg = parse_aggregate(aggregate)?;
         let x = embeddings.as_array();
         let result = py
-            .detach(|| evaluate(&self.set, &self.sentences, x, agg))
+            .detach(|| evaluate(&self.target.set, &self.sentences, x, agg))
             .map_err(errors::eval)?;
         Ok(PyTaskResult { result })
     }
@@ -140,7 +184,7 @@ impl PyStsTask {
         format!(
             "<StsTask {} ({} pairs, {} sentences)>",
             self.task.name(),
-            self.set.num_pairs(),
+            self.target.set.num_pairs(),
             self.sentences.len()
         )
     }
@@ -185,5 +229,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTaskResult>()?;
     m.add_function(wrap_pyfunction!(load_tasks, m)?)?;
     m.add_function(wrap_pyfunction!(average_results, m)?)?;
+    m.add_function(wrap_pyfunction!(score_tasks, m)?)?;
     Ok(())
 }

@@ -208,8 +208,9 @@ impl Decision {
     /// The `softwhiten` spec that applies the same transform (`none` for
     /// the identity), for users who want to fix the choice.
     pub fn spec(&self) -> crate::CalibSpec {
-        self.params()
-            .map_or(crate::CalibSpec::None, crate::CalibSpec::SoftWhiten)
+        self.params().map_or_else(crate::CalibSpec::none, |p| {
+            crate::CalibSpec::fitted("softwhiten", &p.values())
+        })
     }
 }
 

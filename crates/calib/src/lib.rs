@@ -15,6 +15,10 @@
 //! | `softwhiten[:alpha=A,shrink=L,drop=K,blend=B]` | soft whitening with shrinkage, see [`SoftWhitening`] |
 //! | `auto`         | decides from the fit data alone, see [`Auto`] and [`advise()`]    |
 //!
+//! The kinds, their parameters, defaults and ranges are written once, in
+//! the [`registry`] (its docs say how to add a kind); `bertflow kinds`
+//! prints it.
+//!
 //! ```no_run
 //! use bertflow_calib::{check_compatible, fit, load, CalibSpec, Calibrator, CalibratorMeta, FitOptions};
 //! # fn demo(x: ndarray::Array2<f32>) -> Result<(), Box<dyn std::error::Error>> {
@@ -47,11 +51,13 @@ mod advise;
 mod affine;
 mod auto;
 pub mod error;
+mod fit;
 mod flow;
 mod io;
 mod linear;
 mod moments;
 mod real;
+pub mod registry;
 mod softwhiten;
 pub mod spec;
 mod stats;
@@ -66,15 +72,17 @@ pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
 pub use affine::Affine;
 pub use auto::{Auto, AUTO_RULE};
 pub use error::{CalibError, Result};
+pub use fit::{fit, fit_from_moments};
 pub use flow::Flow;
 pub use io::{
     check_compatible, CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING,
     FORMAT_VERSION, METADATA_KEY, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
-pub use moments::{fit_from_moments, MomentStats, MOMENT_BLOCK};
-pub use softwhiten::{SoftParams, SoftWhitening};
-pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation};
+pub use moments::{MomentStats, MOMENT_BLOCK};
+pub use registry::{Kind, Param, ParamType, Value, KINDS};
+pub use softwhiten::SoftWhitening;
+pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation, SoftParams};
 pub use stats::ZERO_VARIANCE_RTOL;
 
 /// A fitted calibrator.
@@ -138,23 +146,27 @@ impl Fitted {
         }
     }
 
-    /// The kind's name (`"none"`, `"sn"`, `"whiten"`, `"natsv"`,
-    /// `"sn+natsv"`, `"flow"`).
+    /// The kind's name (a [registry](crate::registry) name: `"none"`,
+    /// `"sn"`, `"whiten"`, ...).
     pub fn kind(&self) -> &'static str {
         self.spec().kind()
     }
 
     /// The spec this calibrator was fitted from.
     pub fn spec(&self) -> CalibSpec {
+        let k = |k: usize| [("k", Value::Int(k as u64))];
         match self {
-            Fitted::None(_) => CalibSpec::None,
-            Fitted::Sn(_) => CalibSpec::Sn,
-            Fitted::Whiten(w) => CalibSpec::Whiten { k: w.k },
-            Fitted::Natsv(n) => CalibSpec::Natsv { k: n.k },
-            Fitted::SnNatsv(s) => CalibSpec::SnNatsv { k: s.natsv.k },
-            Fitted::Flow(f) => CalibSpec::Flow(f.config.clone()),
-            Fitted::SoftWhiten(s) => CalibSpec::SoftWhiten(s.params),
-            Fitted::Auto(_) => CalibSpec::Auto,
+            Fitted::None(_) => CalibSpec::fitted("none", &[]),
+            Fitted::Sn(_) => CalibSpec::fitted("sn", &[]),
+            Fitted::Whiten(w) => match w.k {
+                Some(n) => CalibSpec::fitted("whiten", &k(n)),
+                None => CalibSpec::fitted("whiten", &[]),
+            },
+            Fitted::Natsv(n) => CalibSpec::fitted("natsv", &k(n.k)),
+            Fitted::SnNatsv(s) => CalibSpec::fitted("sn+natsv", &k(s.natsv.k)),
+            Fitted::Flow(f) => CalibSpec::fitted("flow", &f.config.values()),
+            Fitted::SoftWhiten(s) => CalibSpec::fitted("softwhiten", &s.params.values()),
+            Fitted::Auto(_) => CalibSpec::fitted("auto", &[]),
         }
     }
 
@@ -287,36 +299,6 @@ impl fmt::Debug for FitOptions<'_> {
         f.debug_struct("FitOptions")
             .field("progress", &self.progress.as_ref().map(|_| "callback"))
             .finish()
-    }
-}
-
-/// Fits a calibrator of the kind `spec` on `x` (one embedding per row).
-/// Errors (never panics) on invalid specs, empty or non-finite data, or a
-/// flow architecture that does not fit the dimension or diverges.
-///
-/// The closed-form kinds are fitted from the moment statistics of `x`
-/// ([`MomentStats::from_data`], then [`fit_from_moments`]), so a fit on the
-/// rows and a fit on merged statistics of the same rows agree.
-pub fn fit(spec: &CalibSpec, x: ArrayView2<f32>, opts: &mut FitOptions<'_>) -> Result<Fitted> {
-    spec.validate()?;
-    match spec {
-        CalibSpec::Flow(cfg) => {
-            let progress = opts
-                .progress
-                .as_mut()
-                .map(|b| &mut **b as &mut dyn FnMut(FitProgress));
-            Ok(Fitted::Flow(Flow::fit(cfg, x, progress)?))
-        }
-        CalibSpec::SoftWhiten(p) => Ok(Fitted::SoftWhiten(SoftWhitening::fit(x, *p)?)),
-        CalibSpec::Auto => Ok(Fitted::Auto(Auto::fit(x)?)),
-        CalibSpec::None => {
-            stats::check_fit_input("none", x, 1)?;
-            Ok(Fitted::None(Identity { dim: x.ncols() }))
-        }
-        _ => {
-            stats::check_fit_input(spec.kind(), x, 2)?;
-            fit_from_moments(spec, &MomentStats::from_data(x)?)
-        }
     }
 }
 

@@ -12,10 +12,6 @@ use bertflow_numeric::{centred_gram_sym, col_mean};
 use ndarray::{s, Array1, Array2, ArrayView2};
 
 use crate::error::{CalibError, Result};
-use crate::linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
-use crate::softwhiten::{Eigen, SoftWhitening};
-use crate::spec::CalibSpec;
-use crate::Fitted;
 
 mod bytes;
 
@@ -259,11 +255,6 @@ impl MomentStats {
         Ok(())
     }
 
-    /// Fits the calibrator `spec` from these statistics; see [`fit_from_moments`].
-    pub fn fit(&self, spec: &CalibSpec) -> Result<Fitted> {
-        fit_from_moments(spec, self)
-    }
-
     /// The statistics as bytes: a versioned little-endian format with a
     /// magic string, the dimension, the count, the mean, the upper triangle
     /// of `M2` and a CRC-32 (see [`MomentStats::from_bytes`]).
@@ -294,48 +285,6 @@ fn block_part<T: Copy + Into<f64> + Sync>(rows: ArrayView2<T>) -> Part {
 /// `min_rows` rows (the same messages as a fit on the data itself).
 pub(crate) fn check_moments(kind: &'static str, stats: &MomentStats, min_rows: u64) -> Result<()> {
     crate::stats::check_size(kind, stats.dim(), stats.count(), min_rows)
-}
-
-/// Fits `none`, `sn`, `whiten[:k]`, `natsv:k` or `sn+natsv:k` from moment
-/// statistics alone; it gives the calibrator [`crate::fit`] gives on the
-/// rows themselves (which goes through this function). `flow` needs the
-/// rows and is an error: fit it on a (sub)sample.
-pub fn fit_from_moments(spec: &CalibSpec, stats: &MomentStats) -> Result<Fitted> {
-    spec.validate()?;
-    Ok(match spec {
-        CalibSpec::None => {
-            check_moments("none", stats, 1)?;
-            Fitted::None(Identity { dim: stats.dim() })
-        }
-        CalibSpec::Sn => Fitted::Sn(StandardNorm::from_moments(stats)?),
-        CalibSpec::Whiten { k } => Fitted::Whiten(Whitening::from_moments(stats, *k)?),
-        CalibSpec::Natsv { k } => Fitted::Natsv(Natsv::from_moments(stats, *k)?),
-        CalibSpec::SnNatsv { k } => Fitted::SnNatsv(SnNatsv::from_moments(stats, *k)?),
-        CalibSpec::SoftWhiten(p) => {
-            p.check().map_err(|reason| CalibError::BadData {
-                kind: "softwhiten",
-                reason,
-            })?;
-            let e = Eigen::from_moments("softwhiten", stats)?;
-            Fitted::SoftWhiten(SoftWhitening::from_eigen(&e, *p)?)
-        }
-        CalibSpec::Auto => {
-            return Err(CalibError::BadData {
-                kind: "auto",
-                reason: "auto measures pair cosines on the rows themselves, not only their \
-                         moment statistics; fit it on the rows (or a sample of them)"
-                    .into(),
-            })
-        }
-        CalibSpec::Flow(_) => {
-            return Err(CalibError::BadData {
-                kind: "flow",
-                reason: "flow needs the sample itself, not its moment statistics; \
-                         fit it on a sample of the rows"
-                    .into(),
-            })
-        }
-    })
 }
 
 /// Internal constructor for [`bytes::decode`].

@@ -35,6 +35,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{CalibError, Result};
 use crate::io::{TensorReader, TensorWriter};
 use crate::linear::{check_transform_input, not_loaded};
+use crate::moments::MomentStats;
+use crate::spec::{CalibSpec, SoftParams};
 use crate::stats;
 use crate::Calibrator;
 
@@ -57,40 +59,6 @@ pub struct SoftWhitening {
     eigenvalues: Array1<f64>,
 }
 
-/// The options of a soft whitening (see the module docs): what
-/// `softwhiten:alpha=A,shrink=L,drop=K,blend=B` parses to.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SoftParams {
-    /// Whitening strength in [0, 1] (0 centres, 1 whitens).
-    pub alpha: f64,
-    /// Shrinkage of the covariance towards its mean eigenvalue, in [0, 1].
-    pub shrink: f64,
-    /// Leading principal directions removed first (all-but-the-top).
-    #[serde(default)]
-    pub drop: usize,
-    /// Weight of the raw unit direction mixed into the output, in [0, 1).
-    #[serde(default)]
-    pub blend: f64,
-}
-
-impl SoftParams {
-    /// Checks `alpha` and `shrink` (both finite, in [0, 1]) and `blend`
-    /// (finite, in [0, 1)).
-    pub fn check(&self) -> std::result::Result<(), String> {
-        let (alpha, shrink, blend) = (self.alpha, self.shrink, self.blend);
-        if !(alpha.is_finite() && (0.0..=1.0).contains(&alpha)) {
-            return Err(format!("alpha must be a number in [0, 1], got {alpha}"));
-        }
-        if !(shrink.is_finite() && (0.0..=1.0).contains(&shrink)) {
-            return Err(format!("shrink must be a number in [0, 1], got {shrink}"));
-        }
-        if !(blend.is_finite() && (0.0..1.0).contains(&blend)) {
-            return Err(format!("blend must be a number in [0, 1), got {blend}"));
-        }
-        Ok(())
-    }
-}
-
 /// The covariance eigendecomposition of `x` (f64, decreasing), its mean and
 /// numerical rank: what soft whitening and `auto` both start from.
 pub(crate) struct Eigen {
@@ -103,11 +71,11 @@ pub(crate) struct Eigen {
 impl Eigen {
     pub(crate) fn of(kind: &'static str, x: ArrayView2<f32>) -> Result<Self> {
         stats::check_fit_input(kind, x, 2)?;
-        Self::from_moments(kind, &crate::MomentStats::from_data(x)?)
+        Self::from_moments(kind, &MomentStats::from_data(x)?)
     }
 
     /// The same from moment statistics (streamed or merged).
-    pub(crate) fn from_moments(kind: &'static str, moments: &crate::MomentStats) -> Result<Self> {
+    pub(crate) fn from_moments(kind: &'static str, moments: &MomentStats) -> Result<Self> {
         stats::check_rows(kind, moments.count(), 2)?;
         let mean = moments.mean().clone();
         let cov = moments.covariance()?;
@@ -134,11 +102,8 @@ impl SoftWhitening {
         Self::from_eigen(&e, p)
     }
 
+    /// `p` comes from a checked spec or from `auto`'s rule.
     pub(crate) fn from_eigen(e: &Eigen, p: SoftParams) -> Result<Self> {
-        p.check().map_err(|reason| CalibError::BadData {
-            kind: "softwhiten",
-            reason,
-        })?;
         let d = e.mean.len();
         let r = e.rank;
         if p.drop >= r {
@@ -259,7 +224,11 @@ impl SoftWhitening {
                 self.rank, self.dim, self.params.drop
             )));
         }
-        if let Err(reason) = self.params.check() {
+        if let Err(e) = CalibSpec::from_soft(&self.params) {
+            let reason = match e {
+                CalibError::Spec { reason, .. } => reason,
+                other => other.to_string(),
+            };
             return Err(r.format_error(format!("inconsistent header: {reason}")));
         }
         let out = self.out_dim();

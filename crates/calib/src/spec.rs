@@ -5,70 +5,34 @@
 //!
 //! ```text
 //! spec    := kind [ ":" option { "," option } ]
-//! kind    := "none" | "sn" | "whiten" | "natsv" | "sn+natsv" | "flow"
-//!          | "softwhiten" | "auto"
 //! option  := key "=" value
 //! ```
 //!
-//! | kind       | options (default)                                                          |
-//! |------------|----------------------------------------------------------------------------|
-//! | `none`     | none                                                                       |
-//! | `sn`       | none                                                                       |
-//! | `whiten`   | `k` (all directions of non-zero variance)                                  |
-//! | `natsv`    | `k` (required, >= 1)                                                       |
-//! | `sn+natsv` | `k` (required, >= 1)                                                       |
-//! | `flow`     | `levels` (3), `steps` (3), `width` (32), `epochs` (1), `lr` (1e-3),        |
-//! |            | `batch` (32), `seed` (42), `coupling` (`additive`\|`affine`),              |
-//! |            | `permutation` (`reverse`\|`lu`)                                           |
-//! | `softwhiten` | `alpha` (0.5), `shrink` (0), `drop` (0), `blend` (0): see [`crate::SoftWhitening`] |
-//! | `auto`     | none: decides from the fit data, see [`crate::Auto`]                       |
+//! The kinds, their options, defaults and ranges are those of the
+//! [registry](crate::registry) (`bertflow kinds` lists them). A
+//! [`CalibSpec`] is checked against it once, when it is built (parsed,
+//! deserialized or made with [`CalibSpec::new`]): every value a spec holds is
+//! in range, and its fields are read through accessors.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value as Json};
 
 use crate::error::{CalibError, Result};
-use crate::softwhiten::SoftParams;
+use crate::registry::{self, Default as ParamDefault, Kind, Param, Show, Value};
 
-/// What to fit. Parse it from a string with [`str::parse`]; its `Display`
-/// gives back a canonical string that parses to the same spec.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind")]
-pub enum CalibSpec {
-    /// Identity.
-    #[serde(rename = "none")]
-    None,
-    /// Per-dimension standardisation.
-    #[serde(rename = "sn")]
-    Sn,
-    /// BERT-whitening, keeping at most `k` directions.
-    #[serde(rename = "whiten")]
-    Whiten {
-        /// Number of leading directions to keep; `None` keeps the numerical rank.
-        k: Option<usize>,
-    },
-    /// All-but-the-top: centre, then remove the top-`k` principal directions.
-    #[serde(rename = "natsv")]
-    Natsv {
-        /// Number of principal directions to remove.
-        k: usize,
-    },
-    /// `sn` followed by `natsv`.
-    #[serde(rename = "sn+natsv")]
-    SnNatsv {
-        /// Number of principal directions to remove after standardisation.
-        k: usize,
-    },
-    /// BERT-flow (Glow on the embedding seen as a 1x1 image).
-    #[serde(rename = "flow")]
-    Flow(FlowConfig),
-    /// Soft whitening `U diag(s'^(-alpha/2))` with shrunk eigenvalues `s'`.
-    #[serde(rename = "softwhiten")]
-    SoftWhiten(SoftParams),
-    /// Decides from the fit data how far to go, from identity to whitening.
-    #[serde(rename = "auto")]
-    Auto,
+/// What to fit: a kind of the [registry](crate::registry) and a value for
+/// each of its parameters, all checked when the spec is built. Parse it from
+/// a string with [`str::parse`]; its `Display` gives back a canonical string
+/// that parses to the same spec, its serde form is
+/// `{"kind": "whiten", "k": null}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibSpec {
+    kind: &'static Kind,
+    /// One per parameter of `kind`, in its order; `None`: absent.
+    values: Vec<Option<Value>>,
 }
 
 /// Coupling layer of a flow step.
@@ -95,126 +59,381 @@ pub enum Permutation {
     Lu,
 }
 
-/// Hyper-parameters of a flow.
+/// Hyper-parameters of a flow (the `flow` spec's values; its file header).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowConfig {
-    /// Number of levels L (>= 1).
-    pub levels: usize,
-    /// Steps K per level (>= 1).
-    pub steps: usize,
-    /// Hidden width of the coupling networks (>= 1).
-    pub width: usize,
-    /// Passes over the fit data (>= 1).
-    pub epochs: usize,
-    /// Adam learning rate (finite, > 0).
-    pub lr: f64,
-    /// Mini-batch size (>= 2; the first batch initialises the actnorms).
-    pub batch: usize,
-    /// Seed for weight initialisation and shuffling.
-    pub seed: u64,
-    /// Coupling layer.
-    pub coupling: Coupling,
-    /// Channel permutation.
-    pub permutation: Permutation,
+    pub(crate) levels: usize,
+    pub(crate) steps: usize,
+    pub(crate) width: usize,
+    pub(crate) epochs: usize,
+    pub(crate) lr: f64,
+    pub(crate) batch: usize,
+    pub(crate) seed: u64,
+    pub(crate) coupling: Coupling,
+    pub(crate) permutation: Permutation,
 }
 
 impl Default for FlowConfig {
+    /// The registry's defaults.
     fn default() -> Self {
-        FlowConfig {
-            levels: 3,
-            steps: 3,
-            width: 32,
-            epochs: 1,
-            lr: 1e-3,
-            batch: 32,
-            seed: 42,
-            coupling: Coupling::Additive,
-            permutation: Permutation::Reverse,
+        CalibSpec::of("flow")
+            .ok()
+            .and_then(|s| s.flow_config())
+            .expect("the flow's defaults are valid")
+    }
+}
+
+impl FlowConfig {
+    /// Number of levels L.
+    pub fn levels(&self) -> usize {
+        self.levels
+    }
+    /// Steps K per level.
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+    /// Hidden width of the coupling networks.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+    /// Passes over the fit data.
+    pub fn epochs(&self) -> usize {
+        self.epochs
+    }
+    /// Adam learning rate.
+    pub fn lr(&self) -> f64 {
+        self.lr
+    }
+    /// Mini-batch size.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+    /// Seed of the weight initialisation and the shuffling.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// Coupling layer.
+    pub fn coupling(&self) -> Coupling {
+        self.coupling
+    }
+    /// Channel permutation.
+    pub fn permutation(&self) -> Permutation {
+        self.permutation
+    }
+
+    /// The values as a `flow` spec would hold them.
+    pub(crate) fn values(&self) -> [(&'static str, Value); 9] {
+        let int = |v: usize| Value::Int(v as u64);
+        [
+            ("levels", int(self.levels)),
+            ("steps", int(self.steps)),
+            ("width", int(self.width)),
+            ("epochs", int(self.epochs)),
+            ("lr", Value::Float(self.lr)),
+            ("batch", int(self.batch)),
+            ("seed", Value::Int(self.seed)),
+            ("coupling", Value::Choice(self.coupling.name())),
+            ("permutation", Value::Choice(self.permutation.name())),
+        ]
+    }
+}
+
+/// The options of a soft whitening (see [`crate::SoftWhitening`]): what
+/// `softwhiten:alpha=A,shrink=L,drop=K,blend=B` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SoftParams {
+    pub(crate) alpha: f64,
+    pub(crate) shrink: f64,
+    #[serde(default)]
+    pub(crate) drop: usize,
+    #[serde(default)]
+    pub(crate) blend: f64,
+}
+
+impl SoftParams {
+    /// Whitening strength in [0, 1] (0 centres, 1 whitens).
+    pub fn alpha(&self) -> f64 {
+        self.alpha
+    }
+    /// Shrinkage of the covariance towards its mean eigenvalue, in [0, 1].
+    pub fn shrink(&self) -> f64 {
+        self.shrink
+    }
+    /// Leading principal directions removed first (all-but-the-top).
+    pub fn drop(&self) -> usize {
+        self.drop
+    }
+    /// Weight of the raw unit direction mixed into the output, in [0, 1).
+    pub fn blend(&self) -> f64 {
+        self.blend
+    }
+
+    pub(crate) fn values(&self) -> [(&'static str, Value); 4] {
+        [
+            ("alpha", Value::Float(self.alpha)),
+            ("shrink", Value::Float(self.shrink)),
+            ("drop", Value::Int(self.drop as u64)),
+            ("blend", Value::Float(self.blend)),
+        ]
+    }
+}
+
+impl Coupling {
+    fn name(self) -> &'static str {
+        match self {
+            Coupling::Additive => "additive",
+            Coupling::Affine => "affine",
         }
     }
 }
 
-const VALID_KINDS: &str = "none, sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N, softwhiten[:alpha=A,shrink=L,drop=K,blend=B], auto, \
-     flow[:levels=L,steps=K,width=W,epochs=E,lr=X,batch=B,seed=S,coupling=additive|affine,permutation=reverse|lu]";
-const FLOW_KEYS: &[&str] = &[
-    "levels",
-    "steps",
-    "width",
-    "epochs",
-    "lr",
-    "batch",
-    "seed",
-    "coupling",
-    "permutation",
-];
+impl Permutation {
+    fn name(self) -> &'static str {
+        match self {
+            Permutation::Reverse => "reverse",
+            Permutation::Lu => "lu",
+        }
+    }
+}
+
+fn unknown_option(kind: &Kind, key: &str) -> String {
+    let valid = if kind.params.is_empty() {
+        format!("{} takes no options", kind.name)
+    } else {
+        let names: Vec<&str> = kind.params.iter().map(|p| p.name).collect();
+        format!("valid options for {}: {}", kind.name, names.join(", "))
+    };
+    format!("unknown option {key:?}; {valid}")
+}
+
+/// `kind:key=value,...` of raw values (for messages about values that are
+/// not a valid spec).
+fn render(kind: &Kind, values: &[(&str, Value)]) -> String {
+    let opts: Vec<String> = values
+        .iter()
+        .map(|(k, v)| match kind.param(k) {
+            Some(p) => format!("{k}={}", p.format(*v)),
+            None => format!("{k}={}", registry::display_value(*v)),
+        })
+        .collect();
+    if opts.is_empty() {
+        kind.name.to_string()
+    } else {
+        format!("{}:{}", kind.name, opts.join(","))
+    }
+}
 
 impl CalibSpec {
+    /// The spec of kind `kind` with the `given` values (the others at their
+    /// defaults), checked against the registry: an unknown kind or key, a
+    /// value of the wrong type or out of range, or a required value missing
+    /// is an error naming what is valid.
+    pub fn new(kind: &str, given: &[(&str, Value)]) -> Result<Self> {
+        let Some(k) = registry::kind(kind) else {
+            return Err(CalibError::Spec {
+                spec: kind.to_string(),
+                reason: format!(
+                    "unknown kind {kind:?}; valid kinds: {}",
+                    registry::synopsis()
+                ),
+            });
+        };
+        Self::build(k, given).map_err(|reason| CalibError::Spec {
+            spec: render(k, given),
+            reason,
+        })
+    }
+
+    /// The spec of kind `kind` with every value at its default (an error for
+    /// a kind with a required value).
+    pub fn of(kind: &str) -> Result<Self> {
+        Self::new(kind, &[])
+    }
+
+    /// `none`: the identity.
+    pub fn none() -> Self {
+        Self::of("none").expect("none is registered")
+    }
+
+    /// `auto`.
+    pub fn auto() -> Self {
+        Self::of("auto").expect("auto is registered")
+    }
+
+    /// The spec of a flow with these hyper-parameters (checked).
+    pub fn from_flow(cfg: &FlowConfig) -> Result<Self> {
+        Self::new("flow", &cfg.values())
+    }
+
+    /// The spec of a soft whitening with these options (checked).
+    pub fn from_soft(p: &SoftParams) -> Result<Self> {
+        Self::new("softwhiten", &p.values())
+    }
+
+    /// The one place values are checked: keys known, each value in range,
+    /// required ones given, the others at their defaults.
+    fn build(kind: &'static Kind, given: &[(&str, Value)]) -> std::result::Result<Self, String> {
+        for (i, (key, _)) in given.iter().enumerate() {
+            if kind.param(key).is_none() {
+                return Err(unknown_option(kind, key));
+            }
+            if given[..i].iter().any(|(k, _)| k == key) {
+                return Err(format!("option {key:?} given twice"));
+            }
+        }
+        let mut values = Vec::with_capacity(kind.params.len());
+        for p in kind.params {
+            let v = match given.iter().find(|(k, _)| *k == p.name) {
+                Some((_, v)) => Some(*v),
+                None => match p.default {
+                    ParamDefault::Value(v) => Some(v),
+                    ParamDefault::Absent(_) => None,
+                    ParamDefault::Required { example } => {
+                        return Err(format!(
+                            "{kind} needs {key} ({doc}), e.g. {kind}:{key}={ex}",
+                            kind = kind.name,
+                            key = p.name,
+                            doc = p.doc,
+                            ex = p.format(example)
+                        ))
+                    }
+                },
+            };
+            if let Some(v) = v {
+                p.check(v)?;
+            }
+            values.push(v);
+        }
+        Ok(CalibSpec { kind, values })
+    }
+
+    /// The spec a fitted calibrator records, as its header holds it. Loading
+    /// checks the values a transform depends on; this one does not fail.
+    pub(crate) fn fitted(kind: &'static str, given: &[(&str, Value)]) -> Self {
+        let kind = registry::kind(kind).expect("a registered kind");
+        let values = kind
+            .params
+            .iter()
+            .map(|p| {
+                given
+                    .iter()
+                    .find(|(k, _)| *k == p.name)
+                    .map(|(_, v)| *v)
+                    .or_else(|| p.default_value())
+            })
+            .collect();
+        CalibSpec { kind, values }
+    }
+
     /// The kind's name as used in specs and files.
     pub fn kind(&self) -> &'static str {
-        match self {
-            CalibSpec::None => "none",
-            CalibSpec::Sn => "sn",
-            CalibSpec::Whiten { .. } => "whiten",
-            CalibSpec::Natsv { .. } => "natsv",
-            CalibSpec::SnNatsv { .. } => "sn+natsv",
-            CalibSpec::Flow(_) => "flow",
-            CalibSpec::SoftWhiten { .. } => "softwhiten",
-            CalibSpec::Auto => "auto",
+        self.kind.name
+    }
+
+    /// The kind's registry entry.
+    pub fn info(&self) -> &'static Kind {
+        self.kind
+    }
+
+    /// Whether this is `none`, the identity.
+    pub fn is_none(&self) -> bool {
+        self.kind.name == "none"
+    }
+
+    /// Whether the kind is fitted from moment statistics alone (everything
+    /// but `flow` and `auto`).
+    pub fn from_moments(&self) -> bool {
+        self.kind.moments
+    }
+
+    /// Every parameter with its value (`None`: absent), in canonical order.
+    pub fn values(&self) -> impl Iterator<Item = (&'static Param, Option<Value>)> + '_ {
+        self.kind.params.iter().zip(self.values.iter().copied())
+    }
+
+    /// The value of parameter `name` (`None`: no such parameter, or absent).
+    pub fn get(&self, name: &str) -> Option<Value> {
+        self.values()
+            .find(|(p, _)| p.name == name)
+            .and_then(|(_, v)| v)
+    }
+
+    /// An integer parameter's value.
+    pub fn int(&self, name: &str) -> Option<u64> {
+        match self.get(name) {
+            Some(Value::Int(i)) => Some(i),
+            _ => None,
         }
     }
 
-    /// Checks the values (also done by the parser; useful for specs built
-    /// in code or deserialized).
-    pub fn validate(&self) -> Result<()> {
-        let err = |reason: String| CalibError::Spec {
-            spec: self.to_string(),
-            reason,
-        };
-        match self {
-            CalibSpec::None | CalibSpec::Sn | CalibSpec::Auto => Ok(()),
-            CalibSpec::SoftWhiten(p) => p.check().map_err(err),
-            CalibSpec::Whiten { k: Some(0) } => Err(err("k must be >= 1".into())),
-            CalibSpec::Whiten { .. } => Ok(()),
-            CalibSpec::Natsv { k } | CalibSpec::SnNatsv { k } => {
-                if *k == 0 {
-                    Err(err("k must be >= 1".into()))
-                } else {
-                    Ok(())
-                }
-            }
-            CalibSpec::Flow(c) => {
-                let checks: [(&str, bool, &str); 6] = [
-                    (
-                        "levels",
-                        (1..=16).contains(&c.levels),
-                        "an integer in 1..=16",
-                    ),
-                    ("steps", (1..=64).contains(&c.steps), "an integer in 1..=64"),
-                    (
-                        "width",
-                        (1..=4096).contains(&c.width),
-                        "an integer in 1..=4096",
-                    ),
-                    ("epochs", c.epochs >= 1, "an integer >= 1"),
-                    ("lr", c.lr.is_finite() && c.lr > 0.0, "a finite number > 0"),
-                    ("batch", c.batch >= 2, "an integer >= 2"),
-                ];
-                for (key, ok, what) in checks {
-                    if !ok {
-                        return Err(err(format!("{key} must be {what}")));
-                    }
-                }
-                Ok(())
-            }
+    /// A real parameter's value.
+    pub fn float(&self, name: &str) -> Option<f64> {
+        match self.get(name) {
+            Some(Value::Float(x)) => Some(x),
+            _ => None,
         }
     }
-}
 
-fn parse_usize(spec: &str, key: &str, v: &str) -> Result<usize> {
-    v.parse::<usize>().map_err(|_| CalibError::Spec {
-        spec: spec.to_string(),
-        reason: format!("{key}={v:?}: expected a non-negative integer"),
-    })
+    /// A choice parameter's value.
+    pub fn choice(&self, name: &str) -> Option<&'static str> {
+        match self.get(name) {
+            Some(Value::Choice(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// `k` (whiten's directions kept; natsv's and sn+natsv's removed).
+    pub fn k(&self) -> Option<usize> {
+        self.usize("k")
+    }
+
+    fn usize(&self, name: &str) -> Option<usize> {
+        self.int(name)
+            .map(|v| usize::try_from(v).unwrap_or(usize::MAX))
+    }
+
+    /// The seed of a kind that has one (the flow's).
+    pub fn seed(&self) -> Option<u64> {
+        self.int("seed")
+    }
+
+    /// A flow's hyper-parameters (`None` for other kinds).
+    pub fn flow_config(&self) -> Option<FlowConfig> {
+        if self.kind.name != "flow" {
+            return None;
+        }
+        let n = |name| self.usize(name).unwrap_or_default();
+        Some(FlowConfig {
+            levels: n("levels"),
+            steps: n("steps"),
+            width: n("width"),
+            epochs: n("epochs"),
+            lr: self.float("lr").unwrap_or_default(),
+            batch: n("batch"),
+            seed: self.seed().unwrap_or_default(),
+            coupling: match self.choice("coupling") {
+                Some("affine") => Coupling::Affine,
+                _ => Coupling::Additive,
+            },
+            permutation: match self.choice("permutation") {
+                Some("lu") => Permutation::Lu,
+                _ => Permutation::Reverse,
+            },
+        })
+    }
+
+    /// A soft whitening's options (`None` for other kinds).
+    pub fn soft_params(&self) -> Option<SoftParams> {
+        if self.kind.name != "softwhiten" {
+            return None;
+        }
+        Some(SoftParams {
+            alpha: self.float("alpha").unwrap_or_default(),
+            shrink: self.float("shrink").unwrap_or_default(),
+            drop: self.usize("drop").unwrap_or_default(),
+            blend: self.float("blend").unwrap_or_default(),
+        })
+    }
 }
 
 impl FromStr for CalibSpec {
@@ -226,12 +445,19 @@ impl FromStr for CalibSpec {
             spec: s.to_string(),
             reason,
         };
+        let valid_kinds = || registry::synopsis();
         if spec_str.is_empty() {
-            return Err(err(format!("empty spec; valid kinds: {VALID_KINDS}")));
+            return Err(err(format!("empty spec; valid kinds: {}", valid_kinds())));
         }
-        let (kind, opts) = match spec_str.split_once(':') {
+        let (name, opts) = match spec_str.split_once(':') {
             Some((k, o)) => (k.trim(), Some(o)),
             None => (spec_str, None),
+        };
+        let Some(kind) = registry::kind(name) else {
+            return Err(err(format!(
+                "unknown kind {name:?}; valid kinds: {}",
+                valid_kinds()
+            )));
         };
         let mut pairs: Vec<(&str, &str)> = Vec::new();
         if let Some(opts) = opts {
@@ -253,268 +479,97 @@ impl FromStr for CalibSpec {
                 pairs.push((key, value));
             }
         }
-        let allowed: &[&str] = match kind {
-            "none" | "sn" | "auto" => &[],
-            "softwhiten" => &["alpha", "shrink", "drop", "blend"],
-            "whiten" | "natsv" | "sn+natsv" => &["k"],
-            "flow" => FLOW_KEYS,
-            other => {
-                return Err(err(format!(
-                    "unknown kind {other:?}; valid kinds: {VALID_KINDS}"
-                )))
-            }
-        };
-        for (key, _) in &pairs {
-            if !allowed.contains(key) {
-                let valid = if allowed.is_empty() {
-                    format!("{kind} takes no options")
-                } else {
-                    format!("valid options for {kind}: {}", allowed.join(", "))
-                };
-                return Err(err(format!("unknown option {key:?}; {valid}")));
+        let mut params = Vec::with_capacity(pairs.len());
+        for (key, value) in &pairs {
+            match kind.param(key) {
+                Some(p) => params.push((p, *value)),
+                None => return Err(err(unknown_option(kind, key))),
             }
         }
-        let get = |key: &str| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-
-        let spec = match kind {
-            "none" => CalibSpec::None,
-            "sn" => CalibSpec::Sn,
-            "auto" => CalibSpec::Auto,
-            "softwhiten" => {
-                let num = |key: &str, default: f64| -> Result<f64> {
-                    get(key).map_or(Ok(default), |v| {
-                        v.parse::<f64>()
-                            .map_err(|_| err(format!("{key}={v:?}: expected a number")))
-                    })
-                };
-                CalibSpec::SoftWhiten(SoftParams {
-                    alpha: num("alpha", 0.5)?,
-                    shrink: num("shrink", 0.0)?,
-                    drop: get("drop").map_or(Ok(0), |v| parse_usize(s, "drop", v))?,
-                    blend: num("blend", 0.0)?,
-                })
-            }
-            "whiten" => CalibSpec::Whiten {
-                k: get("k").map(|v| parse_usize(s, "k", v)).transpose()?,
-            },
-            "natsv" | "sn+natsv" => {
-                let Some(v) = get("k") else {
-                    return Err(err(format!(
-                        "{kind} needs the number of directions to remove, e.g. {kind}:k=5"
-                    )));
-                };
-                let k = parse_usize(s, "k", v)?;
-                if kind == "natsv" {
-                    CalibSpec::Natsv { k }
-                } else {
-                    CalibSpec::SnNatsv { k }
-                }
-            }
-            _ => {
-                let mut c = FlowConfig::default();
-                for (key, v) in &pairs {
-                    match *key {
-                        "levels" => c.levels = parse_usize(s, key, v)?,
-                        "steps" => c.steps = parse_usize(s, key, v)?,
-                        "width" => c.width = parse_usize(s, key, v)?,
-                        "epochs" => c.epochs = parse_usize(s, key, v)?,
-                        "batch" => c.batch = parse_usize(s, key, v)?,
-                        "seed" => {
-                            c.seed = v.parse::<u64>().map_err(|_| {
-                                err(format!("seed={v:?}: expected an unsigned 64-bit integer"))
-                            })?
-                        }
-                        "lr" => {
-                            c.lr = v
-                                .parse::<f64>()
-                                .map_err(|_| err(format!("lr={v:?}: expected a number")))?
-                        }
-                        "coupling" => {
-                            c.coupling = match *v {
-                                "additive" => Coupling::Additive,
-                                "affine" => Coupling::Affine,
-                                _ => {
-                                    return Err(err(format!(
-                                        "coupling={v:?}: valid values: additive, affine"
-                                    )))
-                                }
-                            }
-                        }
-                        "permutation" => {
-                            c.permutation = match *v {
-                                "reverse" => Permutation::Reverse,
-                                "lu" => Permutation::Lu,
-                                _ => {
-                                    return Err(err(format!(
-                                        "permutation={v:?}: valid values: reverse, lu"
-                                    )))
-                                }
-                            }
-                        }
-                        _ => unreachable!("keys were checked against FLOW_KEYS"),
-                    }
-                }
-                CalibSpec::Flow(c)
-            }
-        };
-        spec.validate().map_err(|e| match e {
-            CalibError::Spec { reason, .. } => err(reason),
-            other => other,
-        })?;
-        Ok(spec)
+        let given = params
+            .into_iter()
+            .map(|(p, v)| p.parse(v).map(|v| (p.name, v)))
+            .collect::<std::result::Result<Vec<_>, String>>()
+            .map_err(err)?;
+        Self::build(kind, &given).map_err(err)
     }
 }
 
 impl fmt::Display for Coupling {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Coupling::Additive => "additive",
-            Coupling::Affine => "affine",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl fmt::Display for Permutation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Permutation::Reverse => "reverse",
-            Permutation::Lu => "lu",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl fmt::Display for CalibSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CalibSpec::None | CalibSpec::Sn | CalibSpec::Auto | CalibSpec::Whiten { k: None } => {
-                f.write_str(self.kind())
+        f.write_str(self.kind.name)?;
+        let mut sep = ':';
+        for (p, v) in self.values() {
+            let Some(v) = v else { continue };
+            if p.show == Show::UnlessDefault && p.default_value() == Some(v) {
+                continue;
             }
-            CalibSpec::Whiten { k: Some(k) } => write!(f, "whiten:k={k}"),
-            CalibSpec::Natsv { k } => write!(f, "natsv:k={k}"),
-            CalibSpec::SnNatsv { k } => write!(f, "sn+natsv:k={k}"),
-            CalibSpec::SoftWhiten(p) => {
-                write!(f, "softwhiten:alpha={},shrink={}", p.alpha, p.shrink)?;
-                if p.drop > 0 {
-                    write!(f, ",drop={}", p.drop)?;
-                }
-                if p.blend > 0.0 {
-                    write!(f, ",blend={}", p.blend)?;
-                }
-                Ok(())
-            }
-            CalibSpec::Flow(c) => write!(
-                f,
-                "flow:levels={},steps={},width={},epochs={},lr={:e},batch={},seed={},coupling={},permutation={}",
-                c.levels, c.steps, c.width, c.epochs, c.lr, c.batch, c.seed, c.coupling, c.permutation
-            ),
+            write!(f, "{sep}{}={}", p.name, p.format(v))?;
+            sep = ',';
         }
+        Ok(())
+    }
+}
+
+impl Serialize for CalibSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(1 + self.values.len()))?;
+        m.serialize_entry("kind", self.kind.name)?;
+        for (p, v) in self.values() {
+            m.serialize_entry(p.name, &v.map(registry::value_json))?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for CalibSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error;
+        let map = Map::<String, Json>::deserialize(d)?;
+        let kind = map
+            .get("kind")
+            .and_then(Json::as_str)
+            .ok_or_else(|| D::Error::custom("a calibrator spec needs a \"kind\" string"))?;
+        let info = registry::kind(kind).ok_or_else(|| {
+            D::Error::custom(format!(
+                "unknown kind {kind:?}; valid kinds: {}",
+                registry::names()
+            ))
+        })?;
+        let mut given: Vec<(&str, Value)> = Vec::new();
+        for (key, v) in map.iter().filter(|(k, _)| *k != "kind") {
+            let Some(p) = info.param(key) else {
+                return Err(D::Error::custom(unknown_option(info, key)));
+            };
+            let value = match (p.ty, v) {
+                (_, Json::Null) => continue,
+                (registry::ParamType::Int { .. }, v) => v.as_u64().map(Value::Int),
+                (registry::ParamType::Float { .. }, v) => v.as_f64().map(Value::Float),
+                (registry::ParamType::Choice(_), Json::String(s)) => p.parse(s).ok(),
+                _ => None,
+            };
+            let value = value.ok_or_else(|| {
+                D::Error::custom(format!("{key}: expected {}, got {v}", p.range()))
+            })?;
+            given.push((key, value));
+        }
+        CalibSpec::new(kind, &given).map_err(D::Error::custom)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(s: &str) -> Result<CalibSpec> {
-        s.parse()
-    }
-
-    fn reason(s: &str) -> String {
-        match parse(s) {
-            Err(CalibError::Spec { reason, .. }) => reason,
-            other => panic!("{s:?} should be a spec error, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn valid_specs_parse() {
-        assert_eq!(parse("none").unwrap(), CalibSpec::None);
-        assert_eq!(parse(" sn ").unwrap(), CalibSpec::Sn);
-        assert_eq!(parse("whiten").unwrap(), CalibSpec::Whiten { k: None });
-        assert_eq!(
-            parse("whiten:k=256").unwrap(),
-            CalibSpec::Whiten { k: Some(256) }
-        );
-        assert_eq!(parse("natsv:k=5").unwrap(), CalibSpec::Natsv { k: 5 });
-        assert_eq!(parse("sn+natsv:k=5").unwrap(), CalibSpec::SnNatsv { k: 5 });
-        assert_eq!(
-            parse("flow").unwrap(),
-            CalibSpec::Flow(FlowConfig::default())
-        );
-        let f = parse(
-            "flow:levels=2, steps=4,width=16,epochs=3,lr=5e-4,batch=64,seed=7,coupling=affine,permutation=reverse",
-        )
-        .unwrap();
-        assert_eq!(
-            f,
-            CalibSpec::Flow(FlowConfig {
-                levels: 2,
-                steps: 4,
-                width: 16,
-                epochs: 3,
-                lr: 5e-4,
-                batch: 64,
-                seed: 7,
-                coupling: Coupling::Affine,
-                permutation: Permutation::Reverse,
-            })
-        );
-    }
-
-    #[test]
-    fn display_round_trips() {
-        for s in [
-            "none",
-            "sn",
-            "whiten",
-            "whiten:k=3",
-            "natsv:k=5",
-            "sn+natsv:k=1",
-            "flow",
-            "flow:lr=0.0003,coupling=affine,seed=18446744073709551615",
-            "flow:permutation=lu,levels=2",
-        ] {
-            let spec = parse(s).unwrap();
-            let again = parse(&spec.to_string()).unwrap();
-            assert_eq!(spec, again, "{s} -> {spec}");
-            let json = serde_json::to_string(&spec).unwrap();
-            let back: CalibSpec = serde_json::from_str(&json).unwrap();
-            assert_eq!(spec, back, "{json}");
-        }
-        let json = serde_json::to_string(&parse("sn+natsv:k=2").unwrap()).unwrap();
-        assert_eq!(json, r#"{"kind":"sn+natsv","k":2}"#);
-    }
-
-    #[test]
-    fn invalid_specs_explain_what_is_valid() {
-        assert!(reason("").contains("valid kinds"));
-        assert!(reason("pca").contains("unknown kind \"pca\""));
-        assert!(reason("pca").contains("whiten"));
-        assert!(reason("sn:k=3").contains("sn takes no options"));
-        assert!(reason("none:x=1").contains("takes no options"));
-        assert!(reason("whiten:q=3").contains("valid options for whiten: k"));
-        assert!(reason("whiten:k=0").contains("k must be >= 1"));
-        assert!(reason("whiten:k=-1").contains("non-negative integer"));
-        assert!(reason("whiten:k=abc").contains("non-negative integer"));
-        assert!(reason("whiten:k").contains("key=value"));
-        assert!(reason("whiten:k=").contains("empty"));
-        assert!(reason("whiten:").contains("empty option"));
-        assert!(reason("whiten:k=2,").contains("empty option"));
-        assert!(reason("whiten:k=2,k=3").contains("twice"));
-        assert!(reason("natsv").contains("natsv:k=5"));
-        assert!(reason("natsv:k=0").contains("k must be >= 1"));
-        assert!(reason("sn+natsv").contains("sn+natsv:k=5"));
-        assert!(reason("flow:depth=3").contains("valid options for flow: levels, steps"));
-        assert!(reason("flow:levels=0").contains("levels must be"));
-        assert!(reason("flow:steps=0").contains("steps must be"));
-        assert!(reason("flow:width=0").contains("width must be"));
-        assert!(reason("flow:epochs=0").contains("epochs must be"));
-        assert!(reason("flow:batch=1").contains("batch must be"));
-        assert!(reason("flow:lr=0").contains("lr must be"));
-        assert!(reason("flow:lr=nan").contains("lr must be"));
-        assert!(reason("flow:lr=fast").contains("expected a number"));
-        assert!(reason("flow:seed=-3").contains("unsigned"));
-        assert!(reason("flow:coupling=spline").contains("valid values: additive, affine"));
-        assert!(reason("flow:permutation=shuffle").contains("valid values: reverse, lu"));
-    }
-}
+#[path = "spec_tests.rs"]
+mod tests;

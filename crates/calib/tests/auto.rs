@@ -126,7 +126,7 @@ fn softwhiten_rejects_bad_parameters() {
         "softwhiten:alpha=1,shrink=0,drop=2,blend=0.5"
     );
     assert_eq!(s.to_string().parse::<CalibSpec>().unwrap(), s);
-    assert_eq!("auto".parse::<CalibSpec>().unwrap(), CalibSpec::Auto);
+    assert_eq!("auto".parse::<CalibSpec>().unwrap(), CalibSpec::auto());
     assert!("auto:alpha=1".parse::<CalibSpec>().is_err());
 }
 
@@ -279,7 +279,7 @@ fn auto_files_round_trip_with_their_decision() {
         f.save(&path, &meta).unwrap();
         let (g, m) = load(&path).unwrap();
         assert_eq!(m, meta);
-        assert_eq!(g.spec(), CalibSpec::Auto);
+        assert_eq!(g.spec(), CalibSpec::auto());
         assert_eq!(g.describe(), f.describe());
         let (Fitted::Auto(a), Fitted::Auto(b)) = (&f, &g) else {
             panic!("not auto")

@@ -11,12 +11,14 @@ pub struct ModelArgs {
     /// Model: a directory in Hugging Face layout (config.json, model.safetensors or
     /// pytorch_model.bin, tokenizer.json or vocab.txt), a sentence-transformers
     /// directory, or a hub id (e.g. bert-base-uncased) found in the local Hugging Face
-    /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
+    /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). config.json's
+    /// model_type: bert, roberta, xlm-roberta, camembert, distilbert, mpnet or
+    /// modernbert.
     #[arg(long, short = 'm', env = "BERTFLOW_MODEL", default_value = DEFAULT_MODEL)]
     pub model: String,
-    /// Truncate sentences at this many tokens, [CLS] and [SEP] included
-    /// [default: the model's position limit, 512 for BERT]. Padding and truncation
-    /// stored in tokenizer.json are ignored.
+    /// Truncate sentences at this many tokens, [CLS] and [SEP] (<s> and </s>)
+    /// included [default: the model's position limit, 512 for BERT and RoBERTa].
+    /// Padding and truncation stored in tokenizer.json are ignored.
     #[arg(long, value_name = "TOKENS")]
     pub max_len: Option<usize>,
     /// Sentences per forward pass (sentences are sorted by length first).

@@ -20,11 +20,9 @@ use std::path::PathBuf;
 pub struct AnalysisOpts {
     #[command(flatten)]
     pub data: DataArgs,
-    /// Calibrator kinds, comma-separated: none, flow, whiten, whiten:k=N, sn, natsv:k=N,
-    /// sn+natsv:k=N, softwhiten, auto (options of a kind may follow it:
-    /// flow:levels=2,steps=2).
-    /// none (the uncalibrated baseline) is always included.
-    #[arg(long, default_value = "none,flow,whiten", value_parser = parse_kinds, value_name = "KINDS")]
+    #[arg(long, default_value = "none,flow,whiten", value_parser = parse_kinds, value_name = "KINDS",
+          help = format!("{} (none, the uncalibrated baseline, is always included)", crate::cmd_kinds::list_help()),
+          long_help = format!("none (the uncalibrated baseline) is always included. {}", crate::cmd_kinds::list_long_help()))]
     pub kinds: Kinds,
     /// Sentences the calibrators are fitted on: target (every STS-B sentence, train +
     /// dev + test, labels unused; for the STS table of `report`, each task's own

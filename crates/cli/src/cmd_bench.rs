@@ -92,9 +92,9 @@ pub struct FlowBenchArgs {
     /// Pooling; see `bertflow poolings`.
     #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
     pub pooling: Pooling,
-    /// Calibrator to fit [default: the default flow: L=3, K=3, W=32, Adam lr 1e-3,
-    /// batch 32, 1 epoch, seed 42].
-    #[arg(long, default_value = "flow", value_name = "KIND")]
+    #[arg(long, default_value = "flow", value_name = "KIND",
+          help = format!("Calibrator to fit [default: the default flow]. {}", crate::cmd_kinds::spec_help()),
+          long_help = format!("Calibrator to fit [default: the default flow]. {}", crate::cmd_kinds::spec_long_help()))]
     pub spec: CalibSpec,
     /// Write the fit corpus' embedding matrix (rows in corpus order) to this .npy.
     #[arg(long, value_name = "FILE")]

@@ -19,9 +19,8 @@ pub struct CompareArgs {
     /// Poolings, comma-separated; see `bertflow poolings`.
     #[arg(long, value_delimiter = ',', default_value = "last-avg,first-last-avg,emb-avg", value_parser = parse_pooling)]
     pub poolings: Vec<Pooling>,
-    /// Calibrator kinds, comma-separated (options after a colon, e.g.
-    /// none,sn,whiten,natsv:k=5,auto,flow:seed=1,epochs=2).
-    #[arg(long, default_value = "none,sn,natsv:k=5,whiten,flow")]
+    #[arg(long, default_value = "none,sn,natsv:k=5,whiten,flow",
+          help = crate::cmd_kinds::list_help(), long_help = crate::cmd_kinds::list_long_help())]
     pub kinds: String,
     /// Token weightings of the averaging poolings, comma-separated (each a spec as
     /// in `eval --weighting`, e.g. mean,usif,sif:a=1e-4); frequencies are counted

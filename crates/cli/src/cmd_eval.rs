@@ -91,10 +91,9 @@ pub struct EvalArgs {
     pub pooling: Pooling,
     #[command(flatten)]
     pub tasks: TaskArgs,
-    /// Fit a calibrator of this kind per task (see --on), e.g. flow, whiten,
-    /// whiten:k=256, sn, natsv:k=5, sn+natsv:k=5, softwhiten:alpha=0.7,blend=0.5, auto,
-    /// none.
-    #[arg(long, value_name = "KIND", conflicts_with = "calibrator")]
+    #[arg(long, value_name = "KIND", conflicts_with = "calibrator",
+          help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_help()),
+          long_help = format!("Fit a calibrator of this kind per task (see --on). {}", crate::cmd_kinds::spec_long_help()))]
     pub fit: Option<CalibSpec>,
     /// Apply this fitted calibrator (from `bertflow fit`) to every task.
     #[arg(long, value_name = "FILE")]
@@ -118,7 +117,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
     let calib = match (&a.fit, &a.calibrator) {
         (Some(spec), _) => Calib::spec(spec.clone()),
         (None, Some(p)) => Calib::File(Box::new(LoadedCalibrator::open(p, a.allow_mismatch)?)),
-        (None, None) => Calib::spec(CalibSpec::None),
+        (None, None) => Calib::spec(CalibSpec::none()),
     };
     // Word-piece frequencies are counted per task on the --on sentences; a
     // calibrator file brings its own weights.

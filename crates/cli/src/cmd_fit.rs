@@ -66,11 +66,8 @@ pub struct FitArgs {
     /// Pooling; see `bertflow poolings`.
     #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
     pub pooling: Pooling,
-    /// Calibrator: flow[:levels=3,steps=3,width=32,epochs=1,lr=1e-3,batch=32,seed=42,
-    /// coupling=additive|affine,permutation=reverse|lu], whiten[:k=N], sn, natsv:k=N,
-    /// sn+natsv:k=N, softwhiten[:alpha=0.5,shrink=0,drop=0,blend=0], auto (decides from
-    /// the data; see `bertflow analyze`), none.
-    #[arg(long, short = 'k', value_name = "KIND")]
+    #[arg(long, short = 'k', value_name = "KIND", help = crate::cmd_kinds::spec_help(),
+          long_help = crate::cmd_kinds::spec_long_help())]
     pub kind: CalibSpec,
     /// Fit corpus: target:TASK (every scored sentence of a benchmark, labels unused),
     /// target-all:TASK (also unscored STS15/16 pairs), train:TASK (STS-B, SICK-R), or a

@@ -8,6 +8,7 @@ mod cmd_eval;
 mod cmd_export;
 mod cmd_fit;
 mod cmd_index;
+mod cmd_kinds;
 mod cmd_report;
 mod cmd_serve;
 mod cmd_transform;
@@ -83,6 +84,8 @@ enum Command {
     Bench(cmd_bench::BenchArgs),
     /// List the poolings and the hidden states each one reads.
     Poolings,
+    /// List the calibrator kinds: their options, defaults and ranges (--json: as data).
+    Kinds(cmd_kinds::KindsArgs),
 }
 
 fn main() {
@@ -105,6 +108,7 @@ fn main() {
         Command::Serve(a) => cmd_serve::run(a),
         Command::Index(a) => cmd_index::run(a),
         Command::Bench(a) => cmd_bench::run(a),
+        Command::Kinds(a) => cmd_kinds::run(a),
         Command::Poolings => {
             print!("{}", args::pooling_help());
             Ok(())

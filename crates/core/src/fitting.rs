@@ -81,8 +81,8 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
     if used < rows {
         meta = meta.with_sampled_from(rows);
     }
-    if let CalibSpec::Flow(f) = &cfg.spec {
-        meta = meta.with_seed(f.seed);
+    if let Some(seed) = cfg.spec.seed() {
+        meta = meta.with_seed(seed);
     }
     Ok(FitOutcome { fitted, meta })
 }
@@ -147,8 +147,8 @@ pub fn fit_sentences(
         dim,
         used,
     );
-    if let CalibSpec::Flow(cfg) = spec {
-        meta = meta.with_seed(cfg.seed);
+    if let Some(seed) = spec.seed() {
+        meta = meta.with_seed(seed);
     }
     if used < sentences.len() {
         meta = meta.with_sampled_from(sentences.len());
@@ -160,15 +160,12 @@ pub fn fit_sentences(
 /// Kinds fitted on the rows themselves (kept in memory, or a `--sample` of
 /// them), not on streamed moment statistics: flow and auto.
 pub fn needs_rows(spec: &CalibSpec) -> bool {
-    matches!(spec, CalibSpec::Flow(_) | CalibSpec::Auto)
+    !spec.from_moments()
 }
 
 /// The seed a `--sample` is drawn with: the flow's, else 42.
 fn sample_seed(spec: &CalibSpec) -> u64 {
-    match spec {
-        CalibSpec::Flow(f) => f.seed,
-        _ => 42,
-    }
+    spec.seed().unwrap_or(42)
 }
 
 /// A weighting other than the plain mean needs an averaging pooling.

@@ -16,6 +16,7 @@ use bertflow_eval::{
 };
 use ndarray::Array2;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -62,6 +63,7 @@ impl std::fmt::Display for FitOn {
 }
 
 /// A column of the table: a benchmark task or a user's pair file.
+#[derive(Debug, Clone)]
 pub struct Target {
     pub name: String,
     pub task: Option<Task>,
@@ -119,7 +121,7 @@ impl Calib {
     }
 
     pub fn is_none(&self) -> bool {
-        matches!(self, Calib::Spec(CalibSpec::None, _))
+        matches!(self, Calib::Spec(s, _) if s.is_none())
     }
 }
 
@@ -177,7 +179,7 @@ impl Grid<'_> {
     fn needs_fit(&self) -> bool {
         self.calibs
             .iter()
-            .any(|c| matches!(c, Calib::Spec(s, _) if *s != CalibSpec::None))
+            .any(|c| matches!(c, Calib::Spec(s, _) if !s.is_none()))
     }
 
     /// Encode every sentence set the grid needs in one pass (one pass per
@@ -260,23 +262,17 @@ impl Grid<'_> {
         let mut rows = Vec::new();
         for (p, pooling) in self.poolings.iter().enumerate() {
             for calib in self.calibs {
-                let mut results = Vec::new();
                 let mut shared: Option<Fitted> = None;
-                for (t, target) in self.targets.iter().enumerate() {
-                    let x = &enc.eval[t][p];
-                    let y = self.calibrated(calib, pooling, &enc, t, p, &mut shared)?;
-                    let y = y.as_ref().unwrap_or(x);
-                    let r = evaluate(
-                        &target.set,
-                        &enc.eval_sentences[t],
-                        y.view(),
-                        self.aggregate,
-                    )
-                    .with_context(|| {
-                        format!("evaluating {} ({pooling}, {})", target.name, calib.label())
-                    })?;
-                    results.push(r);
-                }
+                let results = score_targets(
+                    self.targets,
+                    &enc.eval_sentences,
+                    self.aggregate,
+                    &format!(" ({pooling}, {})", calib.label()),
+                    |t| {
+                        let y = self.calibrated(calib, pooling, &enc, t, p, &mut shared)?;
+                        Ok(y.map_or(Cow::Borrowed(&enc.eval[t][p]), Cow::Owned))
+                    },
+                )?;
                 rows.push(Row {
                     pooling: pooling.clone(),
                     weighting: self.weighting.label(),
@@ -300,7 +296,7 @@ impl Grid<'_> {
     ) -> Result<Option<Array2<f32>>> {
         let x = &enc.eval[t][p];
         Ok(match calib {
-            Calib::Spec(CalibSpec::None, _) => None,
+            Calib::Spec(spec, _) if spec.is_none() => None,
             Calib::Spec(spec, _) => {
                 let fitted = match (&self.fit_on, shared.as_ref()) {
                     (FitOn::File(_), Some(f)) => f.clone(),
@@ -339,6 +335,34 @@ impl Grid<'_> {
             }
         })
     }
+}
+
+/// The per-task loop of `eval` (and of every grid row): for each target in
+/// order, `vectors(t)` gives the (calibrated) embeddings of its distinct
+/// sentences `sentences[t]`, one row each, which are scored against the gold
+/// with `aggregate`. Errors name the target, followed by `what`. Python's
+/// `bertflow.sts.evaluate` runs the same loop with its own embedding function.
+pub fn score_targets<'a>(
+    targets: &[Target],
+    sentences: &[Vec<String>],
+    aggregate: Aggregate,
+    what: &str,
+    mut vectors: impl FnMut(usize) -> Result<Cow<'a, Array2<f32>>>,
+) -> Result<Vec<TaskResult>> {
+    crate::ensure!(
+        targets.len() == sentences.len(),
+        "{} targets but {} sentence lists",
+        targets.len(),
+        sentences.len()
+    );
+    let mut results = Vec::with_capacity(targets.len());
+    for (t, target) in targets.iter().enumerate() {
+        let y = vectors(t)?;
+        let r = evaluate(&target.set, &sentences[t], y.view(), aggregate)
+            .with_context(|| format!("evaluating {}{what}", target.name))?;
+        results.push(r);
+    }
+    Ok(results)
 }
 
 /// Calibrator rows from a list such as "none,whiten:k=5,flow:seed=1,epochs=2" (see

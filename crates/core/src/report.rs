@@ -60,7 +60,7 @@ fn sts_table(targets: &[Target], rows: &[Row], aggregate: Aggregate, on: &str) -
     let rows = rows
         .iter()
         .map(|r| {
-            let spec: CalibSpec = r.calibrator.parse().unwrap_or(CalibSpec::None);
+            let spec: CalibSpec = r.calibrator.parse().unwrap_or_else(|_| CalibSpec::none());
             let mut values: Vec<Option<f64>> = r.results.iter().map(|t| Some(t.spearman)).collect();
             values.push(average(&r.results).map(|a| a.spearman));
             StsRow {

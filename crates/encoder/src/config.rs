@@ -1,4 +1,6 @@
-//! `config.json` of a BERT checkpoint in Hugging Face layout.
+//! `config.json` of a checkpoint in Hugging Face layout, read by the module of
+//! its architecture ([`crate::arch`]) into one [`ModelConfig`].
+use crate::arch::Architecture;
 use serde::Deserialize;
 
 /// Activation of the feed-forward block.
@@ -15,48 +17,55 @@ pub enum HiddenAct {
     Relu,
 }
 
-fn default_act() -> HiddenAct {
-    HiddenAct::Gelu
-}
-fn default_eps() -> f64 {
-    1e-12
-}
-fn default_type_vocab() -> usize {
-    2
-}
-fn default_pos_type() -> String {
-    "absolute".into()
-}
-
-/// The fields of a BERT `config.json` that the forward pass needs.
-#[derive(Debug, Clone, Deserialize)]
-pub struct BertConfig {
+/// What the engine needs of a checkpoint's `config.json`, whatever the
+/// architecture's own field names.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// The architecture `model_type` names (a missing `model_type` is BERT).
+    pub architecture: Architecture,
+    /// `model_type` as written (`bert` when missing).
+    pub model_type: String,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub intermediate_size: usize,
-    #[serde(default = "default_act")]
     pub hidden_act: HiddenAct,
     pub max_position_embeddings: usize,
-    #[serde(default = "default_type_vocab")]
+    /// Rows of the token-type table (0: the architecture has none).
     pub type_vocab_size: usize,
-    #[serde(default = "default_eps")]
     pub layer_norm_eps: f64,
-    #[serde(default)]
+    /// The id batches are padded with.
     pub pad_token_id: usize,
-    #[serde(default = "default_pos_type")]
-    pub position_embedding_type: String,
-    #[serde(default)]
-    pub model_type: Option<String>,
+    /// The most tokens a sentence may have, special tokens included:
+    /// `max_position_embeddings`, less `padding_idx + 1` where position ids start
+    /// after the padding index (RoBERTa family, MPNet).
+    pub max_tokens: usize,
+    /// The whole `config.json`, for fields only one architecture reads.
+    pub raw: serde_json::Value,
 }
 
-impl BertConfig {
+impl ModelConfig {
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
     }
 
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// Read `config.json` text: the architecture is chosen by `model_type`; an
+    /// unknown one is an error that lists the supported ones.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let raw: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let model_type = match raw.get("model_type") {
+            None | Some(serde_json::Value::Null) => "bert".to_string(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => return Err(format!("model_type {v} is not a string")),
+        };
+        let arch = Architecture::from_model_type(&model_type)?;
+        let cfg = arch.parse_config(model_type, raw)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), String> {
         if self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
         {
@@ -65,21 +74,20 @@ impl BertConfig {
                 self.hidden_size, self.num_attention_heads
             ));
         }
-        if self.position_embedding_type != "absolute" {
+        if self.hidden_size == 0 || self.vocab_size == 0 || self.intermediate_size == 0 {
+            return Err("hidden_size, vocab_size and intermediate_size must be positive".into());
+        }
+        if self.max_tokens < 2 {
             return Err(format!(
-                "position_embedding_type '{}' is not supported (only 'absolute')",
-                self.position_embedding_type
+                "max_position_embeddings {} leaves fewer than 2 positions for tokens",
+                self.max_position_embeddings
             ));
         }
-        if let Some(t) = &self.model_type {
-            // RoBERTa-style models offset their position ids and DistilBERT names its
-            // weights differently: running them through this forward pass would give
-            // silently wrong vectors, so refuse them.
-            if t != "bert" {
-                return Err(format!(
-                    "model_type '{t}' is not supported: bertflow runs BERT checkpoints (model_type 'bert')"
-                ));
-            }
+        if self.pad_token_id >= self.vocab_size {
+            return Err(format!(
+                "pad_token_id {} is outside the vocabulary of {}",
+                self.pad_token_id, self.vocab_size
+            ));
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Batched encoding: tokenise, sort by length, run batches on worker threads,
 //! pool, restore the input order.
-use crate::bert::{BertModel, Workspace};
-use crate::config::BertConfig;
+use crate::config::ModelConfig;
+use crate::engine::{Model, Workspace};
 use crate::error::{io_err, EncoderError, Result};
 use crate::files::{ModelFiles, TokenizerFile, WeightsFile};
 use crate::pooling::{masked_mean, PoolSource, Pooling};
@@ -10,7 +10,6 @@ use crate::st::{CalibratorLoader, StSpec};
 use crate::tokenize::TextTokenizer;
 use crate::weighting::TokenWeights;
 use crate::weights::Weights;
-use candle_core::{Device, Tensor};
 use ndarray::Array2;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Seek, SeekFrom};
@@ -55,11 +54,11 @@ impl Encoded {
     }
 }
 
-/// A loaded BERT model with its tokenizer.
+/// A loaded model of any supported architecture with its tokenizer.
 pub struct Encoder {
     files: ModelFiles,
     tokenizer: TextTokenizer,
-    model: BertModel,
+    model: Model,
     max_len: usize,
     /// Hash of the files, with `-<precision>` appended unless fp32.
     fingerprint: String,
@@ -68,7 +67,8 @@ pub struct Encoder {
 
 impl Encoder {
     /// Load `spec` (a directory or a hub id in the local cache). `max_len` defaults to
-    /// the model's position limit (512 for BERT).
+    /// the model's token limit (512 for BERT and RoBERTa: `max_position_embeddings`,
+    /// less `padding_idx + 1` where positions start after the padding index).
     pub fn load(spec: &str, max_len: Option<usize>) -> Result<Self> {
         Self::load_with_precision(spec, max_len, Precision::Fp32)
     }
@@ -81,21 +81,24 @@ impl Encoder {
     ) -> Result<Self> {
         let files = ModelFiles::resolve(spec)?;
         let text = std::fs::read_to_string(&files.config).map_err(io_err(&files.config))?;
-        let config: BertConfig =
-            serde_json::from_str(&text).map_err(|e| EncoderError::BadFile {
-                path: files.config.clone(),
-                msg: e.to_string(),
-            })?;
-        config.validate().map_err(EncoderError::Unsupported)?;
-        let limit = config.max_position_embeddings;
+        let config = ModelConfig::parse(&text).map_err(|msg| {
+            if msg.starts_with("model_type") {
+                EncoderError::Unsupported(msg)
+            } else {
+                EncoderError::BadFile {
+                    path: files.config.clone(),
+                    msg,
+                }
+            }
+        })?;
+        let limit = config.max_tokens;
         let max_len = max_len.unwrap_or(limit);
         if max_len < 2 || max_len > limit {
             return Err(EncoderError::BadMaxLen(max_len, limit));
         }
         let tokenizer = TextTokenizer::load(&files.tokenizer)?;
-        let device = Device::Cpu;
-        let weights = Weights::load(&files.weights, &device)?;
-        let model = BertModel::load_with_precision(&weights, config, &device, precision)?;
+        let weights = Weights::load(&files.weights, config.architecture)?;
+        let model = Model::load(&weights, config, precision)?;
         let files_fingerprint = fingerprint(&files)?;
         let fingerprint = match precision {
             Precision::Fp32 => files_fingerprint.clone(),
@@ -117,10 +120,10 @@ impl Encoder {
     pub fn model_id(&self) -> &str {
         &self.files.id
     }
-    pub fn config(&self) -> &BertConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.model.config
     }
-    pub fn model(&self) -> &BertModel {
+    pub fn model(&self) -> &Model {
         &self.model
     }
     pub fn tokenizer(&self) -> &TextTokenizer {
@@ -189,16 +192,15 @@ impl Encoder {
             root,
             self.dim(),
             self.num_layers(),
-            self.config().max_position_embeddings,
+            self.config().max_tokens,
         )
     }
 
     /// The static word-piece embedding matrix (vocab x hidden), a copy.
     pub fn word_embedding_matrix(&self) -> Result<Array2<f32>> {
-        let words = self.model.word_embeddings();
-        let (vocab, hidden) = words.dims2()?;
-        let flat: Vec<f32> = words.flatten_all()?.to_vec1::<f32>()?;
-        Array2::from_shape_vec((vocab, hidden), flat)
+        let words = self.model.word_embeddings().to_vec();
+        let hidden = self.dim();
+        Array2::from_shape_vec((words.len() / hidden, hidden), words)
             .map_err(|e| EncoderError::Unsupported(format!("word embeddings: {e}")))
     }
 
@@ -436,7 +438,7 @@ impl Encoder {
         self.model.forward_into(&flat, &lens, t, upto, ws)?;
         let states = ws.states();
         let h = self.dim();
-        // The [CLS] rows (token 0 of each sentence) of hidden state `l`.
+        // The first token's rows ([CLS] or <s>) of hidden state `l`.
         let cls = |l: usize| -> Vec<f32> {
             states[l]
                 .chunks_exact(t * h)
@@ -451,9 +453,7 @@ impl Encoder {
             let rows = match src {
                 PoolSource::Cls(l) => cls(*l),
                 PoolSource::Pooler(l) => {
-                    let cls = Tensor::from_vec(cls(*l), (batch.len(), h), &Device::Cpu)?;
-                    let pooled: Tensor = self.model.pool(&cls)?.ok_or(EncoderError::NoPooler)?;
-                    pooled.flatten_all()?.to_vec1::<f32>()?
+                    self.model.pool(&cls(*l))?.ok_or(EncoderError::NoPooler)?
                 }
                 PoolSource::Mean(layers) => {
                     let hs: Vec<&[f32]> = layers.iter().map(|&l| states[l].as_slice()).collect();

@@ -1,19 +1,22 @@
-//! bertflow-encoder: load a BERT checkpoint in Hugging Face layout and turn
-//! sentences into vectors with an unambiguous pooling.
+//! bertflow-encoder: load an encoder checkpoint in Hugging Face layout (BERT,
+//! the RoBERTa family, DistilBERT, MPNet, ModernBERT) and turn sentences into vectors with
+//! an unambiguous pooling.
 //!
 //! - [`files`]: find config, weights and tokenizer (directory, sentence-transformers
 //!   layout, or a hub id in the local Hugging Face cache).
-//! - [`bert`]: the forward pass, returning every hidden state (0 = embeddings).
+//! - [`arch`]: the architectures, chosen by `config.json`'s `model_type`.
+//! - [`engine`]: the forward pass, returning every hidden state (0 = embeddings).
 //! - [`pooling`]: the poolings and the hidden states each one reads.
 //! - [`encoder`]: batching sorted by length on worker threads, order restored.
 //! - [`precision`]: fp32 or int8 linear layers (bertflow-kernels).
 //! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
 //! - [`weighting`]: per-token weights (SIF, uSIF) for the averaging poolings.
 //! - [`st`]: the `st` pooling, a sentence-transformers directory's own pipeline.
-pub mod bert;
+pub mod arch;
 pub mod cache;
 pub mod config;
 pub mod encoder;
+pub mod engine;
 pub mod error;
 pub mod files;
 pub mod pooling;
@@ -23,6 +26,7 @@ pub mod tokenize;
 pub mod weighting;
 mod weights;
 
+pub use arch::Architecture;
 pub use cache::{CachedEntry, EmbeddingCache};
 pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};

@@ -1,6 +1,9 @@
-//! Tokenisation: `tokenizer.json`, or a plain BERT WordPiece tokenizer built from
-//! `vocab.txt`. Padding and truncation stored in tokenizer.json are ignored:
-//! bertflow pads to the longest sentence of a batch and truncates at `max_len`.
+//! Tokenisation: `tokenizer.json` (WordPiece, byte-level BPE as RoBERTa's,
+//! SentencePiece Unigram as XLM-R's and CamemBERT's, with the post-processor it
+//! names: `[CLS] ... [SEP]` or `<s> ... </s>`), or a plain BERT WordPiece
+//! tokenizer built from `vocab.txt`. Padding and truncation stored in
+//! tokenizer.json are ignored: bertflow pads to the longest sentence of a batch
+//! and truncates at `max_len`.
 use crate::error::{EncoderError, Result};
 use crate::files::TokenizerFile;
 use tokenizers::models::wordpiece::WordPiece;
@@ -9,10 +12,15 @@ use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
 use tokenizers::Tokenizer;
 
-/// A tokenizer that yields `[CLS] ... [SEP]` id sequences.
+/// A tokenizer that yields `[CLS] ... [SEP]` (or `<s> ... </s>`) id sequences.
 pub struct TextTokenizer {
     inner: Tokenizer,
+    /// The id that ends every sentence (kept by truncation).
     sep_id: u32,
+    /// The tokenizer's special tokens (`added_tokens` with `special: true`, and
+    /// the bracketed names of [`crate::weighting::is_special`]), the unknown
+    /// token excepted: it stands for a real word.
+    special: std::collections::HashSet<u32>,
 }
 
 fn tok_err(e: impl std::fmt::Display) -> EncoderError {
@@ -57,11 +65,37 @@ impl TextTokenizer {
         };
         inner.with_padding(None);
         inner.with_truncation(None).map_err(tok_err)?;
-        let sep_id = inner
-            .token_to_id("[SEP]")
-            .or_else(|| inner.token_to_id("</s>"))
-            .ok_or_else(|| tok_err("the tokenizer has no [SEP] token"))?;
-        Ok(Self { inner, sep_id })
+        // The post-processor's closing token: the last of the (at least two) it
+        // puts around an empty text.
+        let framed = inner.encode_fast("", true).map_err(tok_err)?;
+        let sep_id = match framed.get_ids() {
+            [_, .., last] => *last,
+            _ => inner
+                .token_to_id("[SEP]")
+                .or_else(|| inner.token_to_id("</s>"))
+                .ok_or_else(|| tok_err("the tokenizer has no [SEP] or </s> token"))?,
+        };
+        let unknown = |t: &str| matches!(t, "[UNK]" | "<unk>");
+        let mut special: std::collections::HashSet<u32> = inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special && !unknown(&t.content))
+            .map(|(id, _)| id)
+            .collect();
+        for name in crate::weighting::SPECIAL_NAMES {
+            special.extend(inner.token_to_id(name));
+        }
+        Ok(Self {
+            inner,
+            sep_id,
+            special,
+        })
+    }
+
+    /// Whether `id` is one of the tokenizer's special tokens (`[CLS]`, `<s>`,
+    /// `</s>`, `<pad>`, ...; not the unknown token).
+    pub fn is_special_id(&self, id: u32) -> bool {
+        self.special.contains(&id)
     }
 
     /// Ids with special tokens (`[CLS] ... [SEP]`), not truncated.
@@ -88,7 +122,8 @@ impl TextTokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// Truncate to `max_len` keeping the final `[SEP]`; returns whether anything was cut.
+    /// Truncate to `max_len` keeping the final `[SEP]` (`</s>`); returns whether
+    /// anything was cut.
     pub fn truncate(&self, ids: &mut Vec<u32>, max_len: usize) -> bool {
         if ids.len() <= max_len {
             return false;

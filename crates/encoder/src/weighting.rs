@@ -52,7 +52,8 @@ pub struct WeightingSpec {
     pub scheme: Scheme,
     /// SIF's `a` (ignored by mean and usif).
     pub a: f64,
-    /// Whether `[CLS]`, `[SEP]` (and other bracketed special tokens) take part.
+    /// Whether the tokenizer's special tokens (`[CLS]`, `[SEP]`, `<s>`, `</s>`,
+    /// ...) take part.
     pub keep_special: bool,
     /// Whether pieces made only of punctuation take part.
     pub keep_punct: bool,
@@ -196,21 +197,30 @@ pub struct TokenCounts {
     pub pieces: u64,
 }
 
-/// Whether a token string is a special token (`[CLS]`, `[SEP]`, `[PAD]`,
-/// `[MASK]`, `<s>`, `</s>`, `<pad>`). `[UNK]` stands for a real word and is not.
+/// Token names always taken as special, whatever the tokenizer declares.
+pub const SPECIAL_NAMES: [&str; 8] = [
+    "[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>",
+];
+
+/// Whether a token string is a special token by name (`[CLS]`, `[SEP]`,
+/// `[PAD]`, `[MASK]`, `<s>`, `</s>`, `<pad>`, `<mask>`). `[UNK]` stands for a
+/// real word and is not. The weights use the tokenizer's own list
+/// ([`TextTokenizer::is_special_id`]), which includes these.
 pub fn is_special(token: &str) -> bool {
-    matches!(
-        token,
-        "[CLS]" | "[SEP]" | "[PAD]" | "[MASK]" | "<s>" | "</s>" | "<pad>"
-    )
+    SPECIAL_NAMES.contains(&token)
 }
 
-/// Whether a word piece is punctuation only (a `##` continuation prefix
-/// ignored): every character is a Unicode punctuation or symbol character
-/// as BERT's pre-tokenizer defines it (ASCII punctuation, or neither
-/// alphanumeric nor whitespace).
+/// Whether a word piece is punctuation only (a `##` continuation prefix, a
+/// byte-level BPE `Ġ` or a SentencePiece `▁` space marker ignored): every
+/// character is a Unicode punctuation or symbol character as BERT's
+/// pre-tokenizer defines it (ASCII punctuation, or neither alphanumeric nor
+/// whitespace).
 pub fn is_punct(token: &str) -> bool {
-    let t = token.strip_prefix("##").unwrap_or(token);
+    let t = token
+        .strip_prefix("##")
+        .or_else(|| token.strip_prefix('\u{120}'))
+        .or_else(|| token.strip_prefix('\u{2581}'))
+        .unwrap_or(token);
     !t.is_empty()
         && !is_special(token)
         && t.chars()
@@ -229,7 +239,7 @@ impl TokenCounts {
                     counts.resize(id + 1, 0);
                 }
                 counts[id] += 1;
-                if !tok.id_to_token(id as u32).is_some_and(|s| is_special(&s)) {
+                if !tok.is_special_id(id as u32) {
                     pieces += 1;
                 }
             }
@@ -275,12 +285,13 @@ impl TokenCounts {
                 continue;
             }
             if let Some(id) = tok.token_to_id(piece) {
+                let special = tok.is_special_id(id);
                 let id = id as usize;
                 if id >= counts.len() {
                     counts.resize(id + 1, 0);
                 }
                 counts[id] += n;
-                if !is_special(piece) {
+                if !special {
                     pieces += n;
                 }
             }
@@ -389,7 +400,7 @@ impl TokenWeights {
             .enumerate()
             .map(|(id, &pw)| {
                 let token = tok.id_to_token(id as u32).unwrap_or_default();
-                if (!spec.keep_special && is_special(&token))
+                if (!spec.keep_special && tok.is_special_id(id as u32))
                     || (!spec.keep_punct && is_punct(&token))
                 {
                     0.0

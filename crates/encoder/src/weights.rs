@@ -1,7 +1,9 @@
 //! Checkpoint tensors by name. Names mirror the Hugging Face checkpoint
-//! (`encoder.layer.3.attention.self.query.weight`); a `bert.` prefix (as in
-//! BertForPreTraining checkpoints such as bert-base-uncased) and the old
+//! (`encoder.layer.3.attention.self.query.weight`); the architecture's base-model
+//! prefix (`bert.` as in BertForPreTraining checkpoints such as
+//! bert-base-uncased, `roberta.`, `distilbert.`, `mpnet.`, `model.`) and the old
 //! TensorFlow-era `gamma`/`beta` names of LayerNorm parameters are accepted.
+use crate::arch::Architecture;
 use crate::error::{EncoderError, Result};
 use crate::files::WeightsFile;
 use candle_core::{DType, Device, Tensor};
@@ -13,7 +15,10 @@ pub struct Weights {
 }
 
 impl Weights {
-    pub fn load(file: &WeightsFile, device: &Device) -> Result<Self> {
+    /// The tensors of `file`, named without the prefix that `arch`'s checkpoints
+    /// may carry.
+    pub fn load(file: &WeightsFile, arch: Architecture) -> Result<Self> {
+        let device = &Device::Cpu;
         let tensors: HashMap<String, Tensor> = match file {
             WeightsFile::Safetensors(p) => {
                 candle_core::safetensors::load(p, device).map_err(|e| EncoderError::BadFile {
@@ -29,14 +34,18 @@ impl Weights {
                 .into_iter()
                 .collect(),
         };
-        let prefix = ["", "bert.", "model."]
-            .into_iter()
-            .find(|p| tensors.contains_key(&format!("{p}embeddings.word_embeddings.weight")))
+        let anchor = arch.anchor();
+        let prefix = arch
+            .prefixes()
+            .iter()
+            .find(|p| tensors.contains_key(&format!("{p}{anchor}")))
             .ok_or_else(|| {
-                let mut names: Vec<_> = tensors.keys().take(5).cloned().collect();
+                let mut names: Vec<_> = tensors.keys().cloned().collect();
                 names.sort();
+                names.truncate(5);
                 EncoderError::Weights(format!(
-                    "no BERT embeddings tensor (embeddings.word_embeddings.weight) in the checkpoint; first names: {}",
+                    "no embeddings tensor ({anchor}, optionally prefixed by {}) in the checkpoint; first names: {}",
+                    arch.prefixes()[1..].join(" "),
                     names.join(", ")
                 ))
             })?
@@ -51,6 +60,12 @@ impl Weights {
             tensors,
             prefix: String::new(),
         }
+    }
+
+    /// The tensors by full name (unit tests derive models from others).
+    #[cfg(test)]
+    pub(crate) fn clone_tensors(&self) -> HashMap<String, Tensor> {
+        self.tensors.clone()
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -83,5 +98,10 @@ impl Weights {
             )));
         }
         Ok(t.to_dtype(DType::F32)?)
+    }
+
+    /// [`Weights::get`] as host values, row-major.
+    pub fn vec(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        Ok(self.get(name, shape)?.flatten_all()?.to_vec1::<f32>()?)
     }
 }

@@ -56,7 +56,7 @@ fn corrupt_weights_and_config() {
 }
 
 #[test]
-fn non_bert_model_type_is_refused() {
+fn unknown_model_type_is_refused_with_the_supported_list() {
     let src = model_dir();
     let tmp = tempfile::tempdir().unwrap();
     for f in ["model.safetensors", "tokenizer.json"] {
@@ -64,9 +64,16 @@ fn non_bert_model_type_is_refused() {
     }
     let cfg = std::fs::read_to_string(src.join("config.json"))
         .unwrap()
-        .replace("\"bert\"", "\"roberta\"");
+        .replace("\"bert\"", "\"gpt2\"");
     std::fs::write(tmp.path().join("config.json"), cfg).unwrap();
-    assert!(err(tmp.path().to_str().unwrap()).contains("roberta"));
+    let e = err(tmp.path().to_str().unwrap());
+    assert!(
+        e.contains("model_type 'gpt2' is not supported")
+            && e.contains(
+                "supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert"
+            ),
+        "{e}"
+    );
 }
 
 #[test]

@@ -7,13 +7,18 @@
 //!   at run time ([`Isa`]). Each kernel is bit-exact against its scalar model.
 //! - [`act`]: the vectorisable exact-erf GELU shared with the fp32 path.
 //! - [`norm`]: fp32 row epilogues: bias + activation, bias + residual + LayerNorm.
-//! - [`attention`]: self-attention read in place from the fused QKV product.
+//! - [`attention`]: self-attention read in place from the fused QKV product, with
+//!   an optional additive score bias and sliding window ([`AttnOpts`]).
+//! - [`rope`]: rotary position embeddings applied in place to the fused QKV
+//!   rows, and the gated activation (GeGLU) of gated feed-forward layers.
 pub mod act;
 pub mod attention;
 pub mod int8;
 pub mod norm;
+pub mod rope;
 
 pub use act::{gelu_erf, gelu_erf_inplace, Act};
-pub use attention::{attention, AttnShape};
+pub use attention::{attention, AttnOpts, AttnShape};
 pub use int8::{Isa, KernelError, QuantInput, QuantLinear};
 pub use norm::{bias_act, bias_residual_layer_norm, layer_norm, ShapeError};
+pub use rope::{gated_act, rope_qk, RopeTable};

@@ -23,9 +23,11 @@ pub(crate) fn shape_err(op: &'static str, msg: String) -> ShapeError {
 const LANES: usize = 8;
 
 /// Define a private function whose body is compiled three times, as an AVX-512
-/// and an AVX2 build (chosen at run time where the CPU has them) and the baseline
-/// build. The
-/// arguments must already be checked: the body is the plain kernel.
+/// and an AVX2 build (chosen at run time where the CPU has them, each with FMA)
+/// and the baseline build. The arguments must already be checked: the body is
+/// the plain kernel. Rust never contracts `a * b + c` on its own, so FMA changes
+/// only explicit `mul_add`s, which round the same in every build (the baseline
+/// calls libm's `fmaf`): the three builds compute the same bits.
 macro_rules! simd_fn {
     ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
@@ -34,22 +36,26 @@ macro_rules! simd_fn {
             fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f")]
+                #[target_feature(enable = "avx512f,fma")]
                 fn avx512($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU supports AVX512F (checked just above), the
-                    // only requirement of this target_feature function.
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU supports AVX512F and FMA (checked just
+                    // above), the only requirements of this target_feature function.
                     return unsafe { avx512($($arg),*) };
                 }
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx2,fma")]
                 fn avx2($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2 (checked just above), the only
-                    // requirement of this target_feature function.
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU supports AVX2 and FMA (checked just above),
+                    // the only requirements of this target_feature function.
                     return unsafe { avx2($($arg),*) };
                 }
             }

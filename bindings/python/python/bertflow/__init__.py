@@ -39,6 +39,7 @@ from ._calibrators import (  # noqa: E402
     Whitening,
     advise,
     calibrator,
+    kinds,
     load,
 )
 from ._encoder import POOLINGS, Encoder, poolings  # noqa: E402
@@ -63,6 +64,7 @@ __all__ = [
     "Auto",
     "advise",
     "calibrator",
+    "kinds",
     "load",
     "MomentStats",
     "CalibratorFileError",

@@ -116,8 +116,68 @@ def _source_args(source):
     )
 
 
+def kinds():
+    """The registry of calibrator kinds (what ``bertflow kinds --json`` prints):
+    a list of dicts, one per kind, with ``name``, ``doc``, ``moments`` (fitted
+    from moment statistics alone), ``synopsis`` and ``params``: per parameter
+    its ``name``, ``type`` (``"int"``, ``"float"``, ``"choice"``), ``default``
+    (None when absent or required), ``required``, ``range`` (in words), ``doc``
+    and ``min``/``max`` (numbers), ``values`` (choices), ``absent`` (what no
+    value means), ``example`` (of a required value).
+
+    The calibrator classes take their parameters and defaults from it.
+    """
+    return json.loads(_bertflow.kinds())
+
+
+_KINDS = {k["name"]: k for k in kinds()}
+
+
+def _init_default(p):
+    """A constructor default: the registry's default, or for a required
+    value its example (scikit-learn estimators construct with no arguments)."""
+    return p["example"] if p["required"] else p["default"]
+
+
+def _format_value(p, v):
+    """A parameter value as the spec string writes it. Types are checked here
+    (TypeError); values and ranges by the Rust parser (ValueError)."""
+    name, t = p["name"], p["type"]
+    if t == "int":
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+        return str(int(v))
+    if t == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a number, not {type(v).__name__}")
+        return repr(float(v))
+    if not isinstance(v, str):
+        raise TypeError(f"{name} must be a str, not {type(v).__name__}")
+    return v
+
+
+def _params_doc(info):
+    lines = [f"Parameters (from the registry, ``bertflow.kinds()``; spec ``{info['synopsis']}``):", ""]
+    if not info["params"]:
+        lines.append("    none")
+    for p in info["params"]:
+        if p["required"]:
+            default = f"required in a spec; default here {p['example']!r}"
+        elif p["default"] is None:
+            default = f"default None: {p.get('absent', 'absent')}"
+        else:
+            default = f"default {p['default']!r}"
+        lines.append(f"    {p['name']} ({p['type']}): {p['doc']} ({default}; {p['range']}).")
+    return "\n".join(lines)
+
+
 class Calibrator(*_BASES):
     """Base class of the calibrators; use a subclass or :func:`calibrator`.
+
+    Each subclass names a kind of the registry (``_kind``); its constructor's
+    parameters, their order and defaults are the registry's (generated when
+    the class is defined, with an explicit signature for scikit-learn's
+    ``get_params``/``set_params``/``clone``).
 
     Fitted attributes: ``calibrator_`` (the compiled calibrator),
     ``n_features_in_``, ``n_features_out_``, ``meta_`` (the file metadata).
@@ -125,8 +185,41 @@ class Calibrator(*_BASES):
 
     _kind = None
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("_kind")
+        if kind is None:
+            return
+        info = _KINDS[kind]
+        names = tuple(p["name"] for p in info["params"])
+        P = inspect.Parameter
+        sig = inspect.Signature(
+            [P("self", P.POSITIONAL_OR_KEYWORD)]
+            + [P(p["name"], P.POSITIONAL_OR_KEYWORD, default=_init_default(p)) for p in info["params"]]
+        )
+
+        def __init__(self, *args, **kwargs):
+            bound = sig.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            for name in names:
+                setattr(self, name, bound.arguments[name])
+
+        __init__.__signature__ = sig
+        __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+        __init__.__module__ = cls.__module__
+        __init__.__doc__ = _params_doc(info)
+        cls.__init__ = __init__
+        cls.__doc__ = (cls.__doc__ or info["doc"]).rstrip() + "\n\n    " + _params_doc(info).replace("\n", "\n    ")
+
     def _spec(self):
-        raise NotImplementedError
+        """The spec string of the hyper-parameters (every value given, types
+        checked; the Rust parser checks the values)."""
+        opts = [
+            f"{p['name']}={_format_value(p, getattr(self, p['name']))}"
+            for p in _KINDS[self._kind]["params"]
+            if getattr(self, p["name"]) is not None
+        ]
+        return self._kind + (":" + ",".join(opts) if opts else "")
 
     @property
     def spec(self):
@@ -210,12 +303,6 @@ class Identity(Calibrator):
 
     _kind = "none"
 
-    def __init__(self):
-        pass
-
-    def _spec(self):
-        return "none"
-
 
 class StandardNorm(Calibrator):
     """Per-dimension standardisation (spec ``sn``): subtract the mean, divide
@@ -223,76 +310,29 @@ class StandardNorm(Calibrator):
 
     _kind = "sn"
 
-    def __init__(self):
-        pass
-
-    def _spec(self):
-        return "sn"
-
-
-def _opt_int(name, v):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, got {v}")
-    return int(v)
-
 
 class Whitening(Calibrator):
     """BERT-whitening (Su et al. 2021; spec ``whiten[:k=N]``).
 
     Mean, covariance (n-1), eigendecomposition, ``W = U diag(1/sqrt(s))``;
-    ``x -> (x - mean) W``, keeping the ``k`` leading directions. Null directions
-    of a rank-deficient covariance are dropped.
-
-    Args:
-        k: Number of leading directions to keep; None keeps every direction of
-            non-zero variance.
-    """
+    ``x -> (x - mean) W``, keeping the ``k`` leading directions (None: every
+    direction of non-zero variance). Null directions of a rank-deficient
+    covariance are dropped."""
 
     _kind = "whiten"
-
-    def __init__(self, k=None):
-        self.k = k
-
-    def _spec(self):
-        k = _opt_int("k", self.k)
-        return "whiten" if k is None else f"whiten:k={k}"
 
 
 class Natsv(Calibrator):
     """All-but-the-top (Mu & Viswanath 2018; spec ``natsv:k=N``): subtract the
-    mean, then remove the top-``k`` principal directions.
-
-    Args:
-        k: Number of principal directions to remove (>= 1).
-    """
+    mean, then remove the top-``k`` principal directions."""
 
     _kind = "natsv"
 
-    def __init__(self, k=5):
-        self.k = k
-
-    def _spec(self):
-        return f"natsv:k={_opt_int('k', self.k)}"
-
 
 class SnNatsv(Calibrator):
-    """Standardisation, then all-but-the-top (spec ``sn+natsv:k=N``).
-
-    Args:
-        k: Number of principal directions to remove after standardising.
-    """
+    """Standardisation, then all-but-the-top (spec ``sn+natsv:k=N``)."""
 
     _kind = "sn+natsv"
-
-    def __init__(self, k=5):
-        self.k = k
-
-    def _spec(self):
-        return f"sn+natsv:k={_opt_int('k', self.k)}"
 
 
 class Flow(Calibrator):
@@ -303,107 +343,22 @@ class Flow(Calibrator):
     The embedding is a 1x1 image with d channels: ``levels`` levels of
     ``steps`` steps of actnorm, a channel permutation and a coupling layer;
     half the channels split off after every level but the last. Unlike the
-    moment-based calibrators it needs its fit sample in memory.
-
-    Args:
-        levels: Levels L (1..16).
-        steps: Steps K per level (1..64).
-        width: Hidden width of the coupling networks.
-        epochs: Passes over the fit data.
-        lr: Adam learning rate.
-        batch: Mini-batch size (>= 2; the first batch initialises the actnorms).
-        seed: Seed of the weight initialisation and the shuffling.
-        coupling: ``"additive"`` (BERT-flow's) or ``"affine"`` (Glow's).
-        permutation: ``"reverse"`` (BERT-flow's) or ``"lu"`` (Glow's 1x1
-            convolution; slower).
-    """
+    moment-based calibrators it needs its fit sample in memory."""
 
     _kind = "flow"
-
-    def __init__(
-        self,
-        levels=3,
-        steps=3,
-        width=32,
-        epochs=1,
-        lr=1e-3,
-        batch=32,
-        seed=42,
-        coupling="additive",
-        permutation="reverse",
-    ):
-        self.levels = levels
-        self.steps = steps
-        self.width = width
-        self.epochs = epochs
-        self.lr = lr
-        self.batch = batch
-        self.seed = seed
-        self.coupling = coupling
-        self.permutation = permutation
-
-    def _spec(self):
-        ints = {k: getattr(self, k) for k in ("levels", "steps", "width", "epochs", "batch", "seed")}
-        for k, v in ints.items():
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{k} must be an int, not {type(v).__name__}")
-            if v < 0:
-                raise ValueError(f"{k} must be >= 0, got {v}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float, np.floating)):
-            raise TypeError(f"lr must be a number, not {type(self.lr).__name__}")
-        for k in ("coupling", "permutation"):
-            if not isinstance(getattr(self, k), str):
-                raise TypeError(f"{k} must be a str")
-        opts = ",".join(f"{k}={int(v)}" for k, v in ints.items())
-        return (
-            f"flow:{opts},lr={float(self.lr)!r},coupling={self.coupling},"
-            f"permutation={self.permutation}"
-        )
-
-
-def _number(name, v, lo, hi, hi_open=False):
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    v = float(v)
-    if not (lo <= v <= hi) or (hi_open and v == hi):
-        raise ValueError(f"{name} must be in [{lo}, {hi}{')' if hi_open else ']'}, got {v}")
-    return v
 
 
 class SoftWhitening(Calibrator):
     """Soft whitening with covariance shrinkage (spec ``softwhiten:...``):
     ``x -> (x - mean) U diag(s'^(-alpha/2))`` with the covariance eigenvalues
     ``s`` shrunk towards their mean, ``s' = (1 - shrink) s + shrink mean(s)``.
-    ``alpha=0`` centres, ``alpha=1, shrink=0`` is BERT-whitening.
-
-    Args:
-        alpha: Whitening strength in [0, 1].
-        shrink: Shrinkage of the eigenvalues towards their mean, in [0, 1].
-        drop: Leading principal directions removed first (as all-but-the-top).
-        blend: Weight in [0, 1) of the raw direction mixed back in:
-            ``y = blend x/|x| + (1 - blend) z/|z|`` with ``z`` the whitened
-            vector in input coordinates, so cosines mix raw and whitened
-            cosines; a blended output keeps the input dimension.
-    """
+    ``alpha=0`` centres, ``alpha=1, shrink=0`` is BERT-whitening. ``drop``
+    removes leading principal directions first; ``blend`` mixes the raw
+    direction back in, ``y = blend x/|x| + (1 - blend) z/|z|`` with ``z`` the
+    whitened vector in input coordinates, so cosines mix raw and whitened
+    cosines (a blended output keeps the input dimension)."""
 
     _kind = "softwhiten"
-
-    def __init__(self, alpha=0.5, shrink=0.0, drop=0, blend=0.0):
-        self.alpha = alpha
-        self.shrink = shrink
-        self.drop = drop
-        self.blend = blend
-
-    def _spec(self):
-        alpha = _number("alpha", self.alpha, 0.0, 1.0)
-        shrink = _number("shrink", self.shrink, 0.0, 1.0)
-        blend = _number("blend", self.blend, 0.0, 1.0, hi_open=True)
-        drop = self.drop
-        if isinstance(drop, bool) or not isinstance(drop, (int, np.integer)):
-            raise TypeError(f"drop must be an int, not {type(drop).__name__}")
-        if drop < 0:
-            raise ValueError(f"drop must be >= 0, got {drop}")
-        return f"softwhiten:alpha={alpha!r},shrink={shrink!r},drop={int(drop)},blend={blend!r}"
 
 
 class Auto(Calibrator):
@@ -417,16 +372,9 @@ class Auto(Calibrator):
 
     Fitted attributes (besides the base class's): ``decision_`` (dict: action
     ``identity`` or ``soft-whiten``, alpha, shrink, drop, blend, reason) and ``stats_`` (dict of the statistics
-    it was taken from).
-    """
+    it was taken from)."""
 
     _kind = "auto"
-
-    def __init__(self):
-        pass
-
-    def _spec(self):
-        return "auto"
 
     def _set_fitted(self, fitted):
         super()._set_fitted(fitted)
@@ -456,6 +404,19 @@ _CLASSES = {
     c._kind: c
     for c in (Identity, StandardNorm, Whitening, Natsv, SnNatsv, Flow, SoftWhitening, Auto)
 }
+
+
+def _class_name(kind):
+    return "".join(part.capitalize() for part in kind.replace("+", "_").split("_"))
+
+
+# A kind registered in Rust without a hand-named class above gets one here
+# (a module attribute, so it pickles): a new kind needs no Python code.
+for _name in _KINDS:
+    if _name not in _CLASSES:
+        _cls = type(_class_name(_name), (Calibrator,), {"_kind": _name, "__module__": __name__})
+        globals()[_cls.__name__] = _cls
+        _CLASSES[_name] = _cls
 
 
 def calibrator(spec):

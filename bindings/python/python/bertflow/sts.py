@@ -119,12 +119,13 @@ def evaluate(embed, data=None, tasks=None, aggregate="all", calibrate=None):
     if calibrate is not None:
         _new_calibrator(calibrate)  # fail before any encoding
     _, loaded = _bertflow.load_tasks(_path(data), _task_names(tasks))
-    results = []
-    out = {}
     label = None
-    for t in loaded:
-        sentences = t.sentences()
-        x = _embed(embed, sentences, t.name)
+
+    def vectors(i):
+        # Core's per-task loop (bertflow eval's) calls this for each task in order.
+        nonlocal label
+        t = loaded[i]
+        x = _embed(embed, t.sentences(), t.name)
         if calibrate is not None:
             cal = _new_calibrator(calibrate)
             fit_x = _embed(embed, t.fit_sentences(), f"{t.name} (fit sentences)")
@@ -137,9 +138,10 @@ def evaluate(embed, data=None, tasks=None, aggregate="all", calibrate=None):
                     label = cal.spec
                 else:
                     label = type(cal).__name__
-        r = t.evaluate(np.ascontiguousarray(x, dtype=np.float32), aggregate.lower())
-        results.append(r)
-        out[t.name] = _result_dict(r)
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    results = _bertflow.score_tasks(loaded, aggregate.lower(), vectors)
+    out = {t.name: _result_dict(r) for t, r in zip(loaded, results)}
     avg = _bertflow.average_results(results)
     res = {
         "tasks": out,

@@ -243,9 +243,7 @@ impl Flow {
     }
 
     pub(crate) fn read_tensors(&mut self, r: &mut TensorReader) -> Result<()> {
-        crate::CalibSpec::Flow(self.config.clone())
-            .validate()
-            .map_err(|e| r.format_error(e.to_string()))?;
+        crate::CalibSpec::from_flow(&self.config).map_err(|e| r.format_error(e.to_string()))?;
         let arch = Arch::new(self.dim, &self.config).map_err(|e| r.format_error(e.to_string()))?;
         let mut params = vec![0.0f32; arch.n_params];
         for t in &arch.tensors {

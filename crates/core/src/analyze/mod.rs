@@ -84,7 +84,7 @@ pub struct Kinds(pub Vec<CalibSpec>);
 /// spec). `none` is added in front when missing; repeated kinds are dropped.
 pub fn parse_kinds(s: &str) -> Result<Kinds, String> {
     let items = crate::split_spec_list(s);
-    let mut specs = vec![CalibSpec::None];
+    let mut specs = vec![CalibSpec::none()];
     for item in items {
         if item.is_empty() {
             return Err(format!(
@@ -354,7 +354,7 @@ pub fn analyse(
         let fit_x = fit.as_ref().map_or(all, |f| &f[p]);
         let mut results = Vec::new();
         for spec in kinds {
-            let (dev_y, all_y, fitted) = if *spec == CalibSpec::None {
+            let (dev_y, all_y, fitted) = if spec.is_none() {
                 (None, None, None)
             } else {
                 let f = calibration::fit(

@@ -34,7 +34,7 @@ pub fn spec_name(spec: &CalibSpec) -> String {
 }
 
 fn kind_label(spec: &CalibSpec) -> String {
-    if *spec == CalibSpec::None {
+    if spec.is_none() {
         "uncalibrated".to_string()
     } else {
         spec_name(spec)
@@ -43,7 +43,7 @@ fn kind_label(spec: &CalibSpec) -> String {
 
 /// "pooling" or "pooling + kind".
 pub fn method_label(pooling: &Pooling, spec: &CalibSpec) -> String {
-    if *spec == CalibSpec::None {
+    if spec.is_none() {
         pooling.to_string()
     } else {
         format!("{pooling} + {}", spec_name(spec))

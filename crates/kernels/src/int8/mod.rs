@@ -338,7 +338,13 @@ impl QuantLinear {
                     *d += v;
                 }
             }
-            act.apply(o);
+            // Inline (not `act.apply`, a call per 64 values that reloads its
+            // constants): the tile row is still in L1.
+            match act {
+                Act::None => {}
+                Act::Relu => o.iter_mut().for_each(|x| *x = x.max(0.0)),
+                Act::GeluErf => o.iter_mut().for_each(|x| *x = crate::act::gelu_erf(*x)),
+            }
         }
     }
 }

@@ -30,8 +30,9 @@ pub(super) unsafe fn quantize_rows_avx512(inp: &mut QuantInput, x: &[f32], k: us
 /// The int8 product with the AVX2 micro-kernel.
 ///
 /// # Safety
-/// The CPU must support AVX2; `inp` and `out` fit `lin` (checked by the caller).
-#[target_feature(enable = "avx2")]
+/// The CPU must support AVX2 and FMA; `inp` and `out` fit `lin` (checked by the
+/// caller).
+#[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn drive_avx2(
     lin: &QuantLinear,
     inp: &QuantInput,
@@ -123,9 +124,9 @@ unsafe fn micro_avx2<const R: usize>(
 /// The int8 product with the AVX512-VNNI micro-kernel.
 ///
 /// # Safety
-/// The CPU must support AVX512F, AVX512BW and AVX512-VNNI; `inp` and `out` fit
-/// `lin` (checked by the caller).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+/// The CPU must support AVX512F, FMA, AVX512BW and AVX512-VNNI; `inp` and `out`
+/// fit `lin` (checked by the caller).
+#[target_feature(enable = "avx512f,fma,avx512bw,avx512vnni")]
 pub(super) unsafe fn drive_vnni(
     lin: &QuantLinear,
     inp: &QuantInput,

@@ -1,0 +1,352 @@
+//! The CPU forward pass (fp32 and int8) without per-operation allocation.
+//!
+//! All activations live in a [`Workspace`] of buffers sized per batch and reused
+//! across layers and batches (keep one per worker thread). fp32 matrix products
+//! call `gemm` directly on the host weights; int8 products run bertflow-kernels'
+//! [`QuantLinear`] on the layer input quantised once into the workspace, with
+//! bias, residual and activation in its output stage. Everything else is shared
+//! by both precisions: bias epilogues, bias + residual + LayerNorm in one pass,
+//! and attention read in place from the fused QKV product (with the
+//! architecture's score bias), its context written straight into the token rows.
+use super::{Embeddings, LayerNorm, Linear, Model, Positions, PostNormBlock};
+use crate::config::HiddenAct;
+use crate::error::{EncoderError, Result};
+use bertflow_kernels::{
+    attention, bias_act, bias_residual_layer_norm, layer_norm, Act, AttnOpts, AttnShape, Isa,
+    QuantInput, QuantLinear, ShapeError,
+};
+use gemm::Parallelism;
+
+/// Scratch buffers of the blocks, reused by every layer and batch.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub(crate) qkv: Vec<f32>,
+    pub(crate) ctx: Vec<f32>,
+    pub(crate) h1: Vec<f32>,
+    pub(crate) inter: Vec<f32>,
+    pub(crate) scores: Vec<f32>,
+    /// The input of the current int8 product, quantised.
+    pub(crate) qin: QuantInput,
+}
+
+/// Buffers of one forward pass; the hidden states of the last pass stay readable
+/// until the next one.
+#[derive(Default)]
+pub struct Workspace {
+    /// Hidden states 0..=upto, each `rows * hidden` values (token rows).
+    states: Vec<Vec<f32>>,
+    n_states: usize,
+    /// The architecture's attention bias for this batch's length.
+    bias: Vec<f32>,
+    scratch: Scratch,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The hidden states of the last forward pass (0 = embedding output), each
+    /// `batch * seq` token rows of `hidden` values.
+    pub fn states(&self) -> &[Vec<f32>] {
+        &self.states[..self.n_states]
+    }
+
+    /// Make room for `n` states of `len` values each (no allocation once grown).
+    fn prepare_states(&mut self, n: usize, len: usize) {
+        if self.states.len() < n {
+            self.states.resize_with(n, Vec::new);
+        }
+        for s in &mut self.states[..n] {
+            s.resize(len, 0.0);
+        }
+        self.n_states = n;
+    }
+}
+
+/// What every layer of one forward pass shares.
+pub(crate) struct Pass<'a> {
+    pub(crate) lens: &'a [usize],
+    pub(crate) shape: AttnShape,
+    /// The `[heads, seq, seq]` score bias, where the architecture has one.
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) par: Parallelism,
+}
+
+pub(crate) fn kernel_err(e: ShapeError) -> EncoderError {
+    EncoderError::Unsupported(format!("forward pass: {e}"))
+}
+
+/// gemm's threading: candle's (`RAYON_NUM_THREADS`, else the cores).
+fn parallelism() -> Parallelism {
+    match candle_core::utils::get_num_threads() {
+        0 | 1 => Parallelism::None,
+        n => Parallelism::Rayon(n),
+    }
+}
+
+/// `out` [m, n] = `x` [m, k] · `w_t` [k, n], all row-major.
+fn matmul(
+    x: &[f32],
+    k: usize,
+    w_t: &[f32],
+    n: usize,
+    out: &mut [f32],
+    par: Parallelism,
+) -> Result<()> {
+    let m = x.len() / k.max(1);
+    if k == 0 || x.len() != m * k || w_t.len() != k * n || out.len() != m * n {
+        return Err(EncoderError::Unsupported(format!(
+            "forward pass: matmul of {} values by [{k}, {n}] into {}",
+            x.len(),
+            out.len()
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    // SAFETY: `x` holds m rows of k values (row stride k, column stride 1), `w_t`
+    // k rows of n, `out` m rows of n (all lengths checked above), so every index
+    // gemm forms is in bounds; `out` is a unique borrow, so it aliases neither
+    // input. read_dst is false: `out` is only written (dst = 0 * dst + 1 * x w_t).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w_t.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+    Ok(())
+}
+
+impl Linear {
+    /// `out` = `x` W^T (bias not added), on the host.
+    fn matmul_host(&self, x: &[f32], out: &mut Vec<f32>, par: Parallelism) -> Result<()> {
+        out.resize(x.len() / self.d_in * self.d_out, 0.0);
+        matmul(x, self.d_in, &self.w_t, self.d_out, out, par)
+    }
+
+    /// `out` = act(`x` W^T + b [+ residual]) by the int8 layer `lin`, `x` quantised
+    /// into `qin`.
+    fn int8_host(
+        lin: &QuantLinear,
+        isa: Isa,
+        x: &[f32],
+        residual: Option<&[f32]>,
+        act: Act,
+        qin: &mut QuantInput,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (k, n) = (lin.in_dim(), lin.out_dim());
+        let m = x.len() / k;
+        qin.quantize(isa, x, m, k)?;
+        out.resize(m * n, 0.0);
+        Ok(lin.forward_quantized(isa, qin, residual, act, out)?)
+    }
+
+    /// `out` = act(`x` W^T + b), on the host.
+    pub(crate) fn forward_act_host(
+        &self,
+        x: &[f32],
+        act: Act,
+        out: &mut Vec<f32>,
+        par: Parallelism,
+        qin: &mut QuantInput,
+    ) -> Result<()> {
+        if let Some((lin, isa)) = &self.q {
+            return Self::int8_host(lin, *isa, x, None, act, qin, out);
+        }
+        self.matmul_host(x, out, par)?;
+        bias_act(out, &self.b, act).map_err(kernel_err)
+    }
+
+    /// `out` = LayerNorm(`x` W^T + b + `residual`), on the host.
+    pub(crate) fn forward_residual_ln_host(
+        &self,
+        x: &[f32],
+        residual: &[f32],
+        ln: &LayerNorm,
+        out: &mut Vec<f32>,
+        par: Parallelism,
+        qin: &mut QuantInput,
+    ) -> Result<()> {
+        if let Some((lin, isa)) = &self.q {
+            Self::int8_host(lin, *isa, x, Some(residual), Act::None, qin, out)?;
+            return layer_norm(out, &ln.w, &ln.b, ln.eps).map_err(kernel_err);
+        }
+        self.matmul_host(x, out, par)?;
+        bias_residual_layer_norm(out, &self.b, residual, &ln.w, &ln.b, ln.eps).map_err(kernel_err)
+    }
+}
+
+/// `out` = tanh(`x` W^T + b) in fp32 (the pooler).
+pub(super) fn linear_tanh(lin: &Linear, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
+    if !x.len().is_multiple_of(lin.d_in) {
+        return Err(EncoderError::Unsupported(format!(
+            "pooler: {} values are not rows of {}",
+            x.len(),
+            lin.d_in
+        )));
+    }
+    lin.matmul_host(x, out, Parallelism::None)?;
+    bias_act(out, &lin.b, Act::None).map_err(kernel_err)?;
+    out.iter_mut().for_each(|v| *v = v.tanh());
+    Ok(())
+}
+
+/// tanh-approximated GELU (transformers' "gelu_new").
+fn gelu_tanh(v: &mut [f32]) {
+    const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+    for x in v {
+        *x = 0.5 * *x * (1.0 + f32::tanh(SQRT_TWO_OVER_PI * *x * (1.0 + 0.044715 * *x * *x)));
+    }
+}
+
+impl super::Block for PostNormBlock {
+    fn forward_host(
+        &self,
+        x: &[f32],
+        out: &mut Vec<f32>,
+        pass: &Pass,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let Scratch {
+            qkv,
+            ctx,
+            h1,
+            inter,
+            scores,
+            qin,
+        } = scratch;
+        let par = pass.par;
+        self.qkv.forward_act_host(x, Act::None, qkv, par, qin)?;
+        ctx.resize(x.len(), 0.0);
+        let opts = AttnOpts {
+            bias: pass.bias,
+            window: None,
+        };
+        attention(qkv, pass.lens, pass.shape, opts, ctx, scores).map_err(kernel_err)?;
+        self.attn_out
+            .forward_residual_ln_host(ctx, x, &self.attn_ln, h1, par, qin)?;
+        let inter_act = match self.act {
+            HiddenAct::Gelu => Act::GeluErf,
+            HiddenAct::Relu => Act::Relu,
+            HiddenAct::GeluApprox => Act::None,
+        };
+        self.intermediate
+            .forward_act_host(h1, inter_act, inter, par, qin)?;
+        if matches!(self.act, HiddenAct::GeluApprox) {
+            gelu_tanh(inter);
+        }
+        self.output
+            .forward_residual_ln_host(inter, h1, &self.out_ln, out, par, qin)
+    }
+
+    fn quantize(&mut self, isa: Isa) -> Result<()> {
+        for lin in [
+            &mut self.qkv,
+            &mut self.attn_out,
+            &mut self.intermediate,
+            &mut self.output,
+        ] {
+            lin.quantize(isa)?;
+        }
+        Ok(())
+    }
+}
+
+impl Embeddings {
+    /// Token rows of the embedding output into `out` (`ids`: rows of `t`).
+    fn forward_host(&self, ids: &[u32], t: usize, out: &mut [f32]) -> Result<()> {
+        let h = self.ln.w.len();
+        let n_pos = self.position.len() / h.max(1);
+        for (sent, rows) in ids.chunks_exact(t).zip(out.chunks_exact_mut(t * h)) {
+            let mut seen = 0;
+            for (i, (&id, row)) in sent.iter().zip(rows.chunks_exact_mut(h)).enumerate() {
+                let id = id as usize;
+                row.copy_from_slice(&self.word[id * h..(id + 1) * h]);
+                let p = match self.positions {
+                    Positions::None => None,
+                    Positions::FromZero => Some(i),
+                    Positions::AfterPadding { padding_idx } if id == padding_idx => {
+                        Some(padding_idx)
+                    }
+                    Positions::AfterPadding { padding_idx } => {
+                        seen += 1;
+                        Some(padding_idx + seen)
+                    }
+                };
+                if let Some(p) = p {
+                    if p >= n_pos {
+                        return Err(EncoderError::Unsupported(format!(
+                            "forward pass: position {p} outside the table of {n_pos}"
+                        )));
+                    }
+                    // (word + position) + token type: BERT's vectors as before.
+                    let pe = &self.position[p * h..(p + 1) * h];
+                    row.iter_mut().zip(pe).for_each(|(o, &p)| *o += p);
+                }
+                if let Some(tt) = &self.token_type {
+                    row.iter_mut().zip(tt).for_each(|(o, &c)| *o += c);
+                }
+            }
+        }
+        layer_norm(out, &self.ln.w, &self.ln.b, self.ln.eps).map_err(kernel_err)
+    }
+}
+
+/// The forward pass of [`Model::forward_into`] (the batch is already checked).
+pub(super) fn forward(
+    model: &Model,
+    ids: &[u32],
+    lens: &[usize],
+    t: usize,
+    upto: usize,
+    ws: &mut Workspace,
+) -> Result<()> {
+    let cfg = &model.config;
+    let h = cfg.hidden_size;
+    ws.prepare_states(upto + 1, lens.len() * t * h);
+    let Workspace {
+        states,
+        bias,
+        scratch,
+        ..
+    } = ws;
+    model.embeddings.forward_host(ids, t, &mut states[0])?;
+    if let Some(b) = &model.bias {
+        b.fill(t, bias);
+    }
+    let pass = Pass {
+        lens,
+        shape: AttnShape {
+            batch: lens.len(),
+            seq: t,
+            heads: cfg.num_attention_heads,
+            head_dim: cfg.head_dim(),
+        },
+        bias: model.bias.as_ref().map(|_| bias.as_slice()),
+        par: parallelism(),
+    };
+    for (l, block) in model.blocks.iter().take(upto).enumerate() {
+        let (done, rest) = states.split_at_mut(l + 1);
+        block.forward_host(&done[l], &mut rest[0], &pass, scratch)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! The encoder engine: the layers every architecture is built from and the
+//! forward pass that returns every hidden state.
+//!
+//! Hidden state 0 is the embedding output; hidden state `i`
+//! (1..=num_hidden_layers) is the output of block `i`. This matches
+//! `output_hidden_states=True` in Hugging Face transformers, for every
+//! architecture of [`crate::arch`]. The pass runs on the host without
+//! per-operation allocation ([`host`]), fp32 through `gemm` or int8 through
+//! bertflow-kernels' [`QuantLinear`].
+use crate::config::{HiddenAct, ModelConfig};
+use crate::error::{EncoderError, Result};
+use crate::precision::Precision;
+use crate::weights::Weights;
+use bertflow_kernels::{Isa, QuantLinear};
+
+mod host;
+pub use host::Workspace;
+pub(crate) use host::{Pass, Scratch};
+
+/// y = x W^T + b, with W^T stored row-major `[d_in, d_out]` for the product.
+pub(crate) struct Linear {
+    pub(crate) w_t: Vec<f32>,
+    pub(crate) d_in: usize,
+    pub(crate) d_out: usize,
+    pub(crate) b: Vec<f32>,
+    /// The int8 form and its kernel, with `--precision int8`.
+    pub(crate) q: Option<(QuantLinear, Isa)>,
+}
+
+impl Linear {
+    /// From `weight` row-major `[d_out, d_in]` (PyTorch's layout) and `bias`
+    /// (`None`: no bias, as ModernBERT's layers).
+    pub(crate) fn new(
+        weight: &[f32],
+        bias: Option<Vec<f32>>,
+        d_in: usize,
+        d_out: usize,
+    ) -> Result<Self> {
+        let b = bias.unwrap_or_else(|| vec![0.0; d_out]);
+        if weight.len() != d_in * d_out || b.len() != d_out || d_in == 0 || d_out == 0 {
+            return Err(EncoderError::Weights(format!(
+                "a [{d_out}, {d_in}] layer got {} weights and {} biases",
+                weight.len(),
+                b.len()
+            )));
+        }
+        let mut w_t = vec![0f32; d_in * d_out];
+        for (o, row) in weight.chunks_exact(d_in).enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                w_t[i * d_out + o] = x;
+            }
+        }
+        Ok(Self {
+            w_t,
+            d_in,
+            d_out,
+            b,
+            q: None,
+        })
+    }
+
+    /// `name.weight` `[d_out, d_in]` and `name.bias` `[d_out]`.
+    pub(crate) fn load(w: &Weights, name: &str, d_in: usize, d_out: usize) -> Result<Self> {
+        let weight = w.vec(&format!("{name}.weight"), &[d_out, d_in])?;
+        let b = w.vec(&format!("{name}.bias"), &[d_out])?;
+        Self::new(&weight, Some(b), d_in, d_out)
+    }
+
+    /// Query, key and value projections (`names`, each `[h, h]` with a bias) fused
+    /// into one `[h, 3h]` product, the 1/sqrt(head_dim) score scale folded into
+    /// the query part.
+    pub(crate) fn fused_qkv(
+        w: &Weights,
+        names: [&str; 3],
+        h: usize,
+        head_dim: usize,
+    ) -> Result<Self> {
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let mut weight = Vec::with_capacity(3 * h * h);
+        let mut bias = Vec::with_capacity(3 * h);
+        for (part, name) in names.iter().enumerate() {
+            let s = if part == 0 { scale as f32 } else { 1.0 };
+            let wp = w.vec(&format!("{name}.weight"), &[h, h])?;
+            let bp = w.vec(&format!("{name}.bias"), &[h])?;
+            weight.extend(wp.iter().map(|x| x * s));
+            bias.extend(bp.iter().map(|x| x * s));
+        }
+        Self::new(&weight, Some(bias), h, 3 * h)
+    }
+
+    /// Switch the products to int8 (weights quantised per output channel now).
+    pub(crate) fn quantize(&mut self, isa: Isa) -> Result<()> {
+        let (k, n) = (self.d_in, self.d_out);
+        let mut w = vec![0f32; n * k];
+        for (i, row) in self.w_t.chunks_exact(n).enumerate() {
+            for (o, &x) in row.iter().enumerate() {
+                w[o * k + i] = x;
+            }
+        }
+        self.q = Some((QuantLinear::new(&w, &self.b, n, k)?, isa));
+        Ok(())
+    }
+}
+
+/// LayerNorm over the hidden dimension (`b` zero where the model has no bias).
+pub(crate) struct LayerNorm {
+    pub(crate) w: Vec<f32>,
+    pub(crate) b: Vec<f32>,
+    pub(crate) eps: f32,
+}
+
+impl LayerNorm {
+    /// `name.weight` and `name.bias` (or the TF-era `gamma`/`beta`).
+    pub(crate) fn load(w: &Weights, name: &str, h: usize, eps: f64) -> Result<Self> {
+        Ok(Self {
+            w: w.vec(&format!("{name}.weight"), &[h])?,
+            b: w.vec(&format!("{name}.bias"), &[h])?,
+            eps: eps as f32,
+        })
+    }
+}
+
+/// Which row of the position table each token reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Positions {
+    /// Token `i` reads row `i` (BERT, DistilBERT).
+    FromZero,
+    /// transformers' `create_position_ids_from_input_ids` (RoBERTa family,
+    /// MPNet): a token that is not `padding_idx` reads `padding_idx + n`, `n`
+    /// the count of non-padding tokens up to it included; a padding token reads
+    /// `padding_idx`.
+    AfterPadding { padding_idx: usize },
+    /// No position table (`position` is empty): the blocks rotate queries and
+    /// keys instead (ModernBERT's rotary embeddings).
+    None,
+}
+
+/// The embedding layer: word + position (unless [`Positions::None`]) + token
+/// type 0, then LayerNorm.
+pub(crate) struct Embeddings {
+    /// `[vocab, hidden]`
+    pub(crate) word: Vec<f32>,
+    /// `[max_position_embeddings, hidden]`
+    pub(crate) position: Vec<f32>,
+    pub(crate) positions: Positions,
+    /// Row 0 of the token-type table, where the model has one.
+    pub(crate) token_type: Option<Vec<f32>>,
+    pub(crate) ln: LayerNorm,
+}
+
+impl Embeddings {
+    /// BERT's names (`embeddings.word_embeddings`, `.position_embeddings`,
+    /// `.token_type_embeddings` when `cfg.type_vocab_size > 0`, `.LayerNorm`).
+    pub(crate) fn load_bert_style(
+        w: &Weights,
+        cfg: &ModelConfig,
+        positions: Positions,
+    ) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let token_type = if cfg.type_vocab_size > 0 {
+            let t = w.vec(
+                "embeddings.token_type_embeddings.weight",
+                &[cfg.type_vocab_size, h],
+            )?;
+            Some(t[..h].to_vec())
+        } else {
+            None
+        };
+        Ok(Self {
+            word: w.vec("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?,
+            position: w.vec(
+                "embeddings.position_embeddings.weight",
+                &[cfg.max_position_embeddings, h],
+            )?,
+            positions,
+            token_type,
+            ln: LayerNorm::load(w, "embeddings.LayerNorm", h, cfg.layer_norm_eps)?,
+        })
+    }
+}
+
+/// A score bias shared by every layer of one pass (MPNet's relative positions).
+pub(crate) trait AttentionBias: Send + Sync {
+    /// `out` = the `[heads, seq, seq]` bias of a batch padded to `seq` tokens.
+    fn fill(&self, seq: usize, out: &mut Vec<f32>);
+}
+
+/// One transformer layer of the host pass. Blocks read hidden state `l` and
+/// write hidden state `l + 1`, with the workspace's scratch buffers.
+pub(crate) trait Block: Send + Sync {
+    fn forward_host(
+        &self,
+        x: &[f32],
+        out: &mut Vec<f32>,
+        pass: &Pass,
+        scratch: &mut Scratch,
+    ) -> Result<()>;
+
+    /// Switch the block's linear layers to int8.
+    fn quantize(&mut self, isa: Isa) -> Result<()>;
+}
+
+/// BERT's post-norm layer: attention, add & LayerNorm, feed-forward, add &
+/// LayerNorm (BERT, the RoBERTa family, DistilBERT, MPNet).
+pub(crate) struct PostNormBlock {
+    pub(crate) qkv: Linear,
+    pub(crate) attn_out: Linear,
+    pub(crate) attn_ln: LayerNorm,
+    pub(crate) intermediate: Linear,
+    pub(crate) output: Linear,
+    pub(crate) out_ln: LayerNorm,
+    pub(crate) act: HiddenAct,
+}
+
+/// What an architecture's module builds from a checkpoint.
+pub(crate) struct ModelParts {
+    pub(crate) embeddings: Embeddings,
+    pub(crate) blocks: Vec<Box<dyn Block>>,
+    pub(crate) bias: Option<Box<dyn AttentionBias>>,
+    pub(crate) pooler: Option<Linear>,
+}
+
+/// An encoder of any supported architecture; its forward pass returns every
+/// hidden state.
+pub struct Model {
+    pub config: ModelConfig,
+    embeddings: Embeddings,
+    blocks: Vec<Box<dyn Block>>,
+    bias: Option<Box<dyn AttentionBias>>,
+    pooler: Option<Linear>,
+    precision: Precision,
+}
+
+impl Model {
+    /// Build the architecture `config` names from `w`; with [`Precision::Int8`]
+    /// the blocks' linear products run in int8 (bertflow-kernels, kernel from
+    /// `BERTFLOW_INT8_KERNEL` or the best this CPU has).
+    pub fn load(w: &Weights, config: ModelConfig, precision: Precision) -> Result<Self> {
+        let parts = config.architecture.load(w, &config)?;
+        let mut model = Self {
+            config,
+            embeddings: parts.embeddings,
+            blocks: parts.blocks,
+            bias: parts.bias,
+            pooler: parts.pooler,
+            precision: Precision::Fp32,
+        };
+        if precision == Precision::Int8 {
+            model.quantize(Isa::selected()?)?;
+        }
+        Ok(model)
+    }
+
+    /// Quantise every block for the int8 kernel `isa`.
+    pub(crate) fn quantize(&mut self, isa: Isa) -> Result<()> {
+        for b in &mut self.blocks {
+            b.quantize(isa)?;
+        }
+        self.precision = Precision::Int8;
+        Ok(())
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    pub fn has_pooler(&self) -> bool {
+        self.pooler.is_some()
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The static word-embedding matrix `[vocab, hidden]` row-major (no position
+    /// or LayerNorm).
+    pub fn word_embeddings(&self) -> &[f32] {
+        &self.embeddings.word
+    }
+
+    /// Errors unless `ids` holds `lens.len()` rows of `t` ids below the vocabulary
+    /// size, every length is in `1..=t`, `t` fits the positions and `upto` is a
+    /// layer of this model.
+    fn check_batch(&self, ids: &[u32], lens: &[usize], t: usize, upto: usize) -> Result<()> {
+        let cfg = &self.config;
+        let bad = |msg: String| Err(EncoderError::Unsupported(format!("forward pass: {msg}")));
+        if ids.len() != lens.len() * t {
+            return bad(format!("{} ids for {} rows of {t}", ids.len(), lens.len()));
+        }
+        if t > cfg.max_tokens {
+            return bad(format!(
+                "{t} tokens exceed this model's limit of {}",
+                cfg.max_tokens
+            ));
+        }
+        if let Some(l) = lens.iter().find(|&&l| l == 0 || l > t) {
+            return bad(format!("sentence length {l} outside 1..={t}"));
+        }
+        if let Some(id) = ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return bad(format!(
+                "token id {id} >= vocabulary size {}",
+                cfg.vocab_size
+            ));
+        }
+        if upto > self.blocks.len() {
+            return bad(format!("layer {upto} of {}", self.blocks.len()));
+        }
+        Ok(())
+    }
+
+    /// Forward a padded batch into `ws`: `ids` holds `lens.len()` rows of `t` ids
+    /// (padded with the pad id), `lens` the real length of each row. Computes
+    /// hidden states `0..=upto` (layers above `upto` are not run); read them with
+    /// [`Workspace::states`].
+    pub fn forward_into(
+        &self,
+        ids: &[u32],
+        lens: &[usize],
+        t: usize,
+        upto: usize,
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        self.check_batch(ids, lens, t, upto)?;
+        host::forward(self, ids, lens, t, upto, ws)
+    }
+
+    /// tanh(W h + b) of the last layer's first-token vectors `cls` (`rows` of
+    /// `hidden`), or `None` without pooler weights.
+    pub fn pool(&self, cls: &[f32]) -> Result<Option<Vec<f32>>> {
+        let Some(p) = &self.pooler else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        host::linear_tanh(p, cls, &mut out)?;
+        Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests;
