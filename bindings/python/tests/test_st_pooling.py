@@ -3,7 +3,8 @@
 CI: the Python ``Encoder`` and Spark ``encode`` on the tiny sentence-transformers
 directories (``crates/encoder/tests/fixtures/tiny-st``, made by
 ``scripts/reference/make_tiny_st.py``) give the vectors sentence-transformers
-gave. Slow group: all-MiniLM-L6-v2 with ``pooling="st"`` equals
+gave. Slow group: all-MiniLM-L6-v2 and all-mpnet-base-v2 (when fetched) with
+``pooling="st"`` equal
 ``SentenceTransformer(dir).encode`` on the STS-B test sentences (run in a
 Python with sentence-transformers, ``ST_PYTHON`` or ``.venv-ref``), and an
 exported whitening or flow read back with ``pooling="st"`` equals the
@@ -68,16 +69,20 @@ def stsb_all(data_dir):
 
 
 @pytest.mark.slow
-def test_minilm_st_equals_sentence_transformers(model_dir, stsb_all, tmp_path):
+@pytest.mark.parametrize("name,dim", [("all-MiniLM-L6-v2", 384), ("all-mpnet-base-v2", 768)])
+def test_st_equals_sentence_transformers(name, dim, stsb_all, tmp_path):
     exe = _st_python()
     if exe is None:
         pytest.skip("no Python with sentence-transformers (set ST_PYTHON, or create .venv-ref)")
+    model_dir = ROOT / "models" / name
+    if not (model_dir / "modules.json").is_file():
+        pytest.skip(f"{model_dir} is missing (all-mpnet-base-v2: scripts/fetch_mpnet.sh)")
     (tmp_path / "texts.txt").write_text("\n".join(stsb_all), encoding="utf-8")
     _run_st(exe, ST_ENCODE, model_dir, tmp_path / "texts.txt", tmp_path / "z.npy", "plain",
             with_bertflow=False, tmp_path=tmp_path)
     want = np.load(tmp_path / "z.npy")
     got = bertflow.Encoder(model_dir, pooling="st", cache=False).encode(stsb_all)
-    assert got.shape == want.shape == (len(stsb_all), 384)
+    assert got.shape == want.shape == (len(stsb_all), dim)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
