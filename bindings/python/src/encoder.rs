@@ -186,7 +186,7 @@ impl PyEncoder {
         Ok(PyEncoder {
             pooling: info.pooling,
             weighting: pipeline.weighting().label(),
-            dim: enc.dim(),
+            dim: info.dimension,
             model_id: info.model_id,
             fingerprint: enc.fingerprint().to_string(),
             identity: info.model,

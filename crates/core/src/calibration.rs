@@ -79,7 +79,7 @@ impl LoadedCalibrator {
             &self.meta,
             &model,
             &pooling.to_string(),
-            enc.dim(),
+            crate::st_pipeline::dim(enc, pooling)?,
             self.allow_mismatch,
         )
         .with_context(|| {

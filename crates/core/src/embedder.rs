@@ -154,7 +154,7 @@ impl Embedder {
             .unwrap_or_default();
         let sources: Vec<PoolSource> = poolings
             .iter()
-            .map(|p| enc.source(p))
+            .map(|p| crate::st_pipeline::source(enc, p))
             .collect::<Result<_, _>>()?;
         let mut result: Vec<Vec<Option<Array2<f32>>>> =
             vec![vec![None; poolings.len()]; sets.len()];
@@ -174,7 +174,7 @@ impl Embedder {
             for (s, set) in sets.iter().enumerate() {
                 for (p, src) in sources.iter().enumerate() {
                     if let Some(e) = cache.get(&key(set, src), set.len()) {
-                        if e.embeddings.ncols() == enc.dim() {
+                        if e.embeddings.ncols() == src.dim(enc.dim()) {
                             if p == 0 {
                                 truncated += e.truncated;
                                 total += set.len();

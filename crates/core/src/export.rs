@@ -74,13 +74,20 @@ enum Pool {
 
 /// The pooling of the export for `pooling` over `enc`.
 fn pool(enc: &Encoder, pooling: &Pooling) -> Result<Pool> {
+    if *pooling == Pooling::St {
+        return Err(unsupported(
+            "the pooling st (the directory is already a sentence-transformers pipeline)".into(),
+        ));
+    }
     let last = enc.num_layers();
     let (cls, mean) = match enc.source(pooling)? {
         PoolSource::Cls(n) if n == last => (true, false),
         PoolSource::Mean(layers) if layers == [last] => (false, true),
         PoolSource::Cls(n) => return Ok(Pool::Bertflow(json!({ "cls": n }))),
         PoolSource::Mean(layers) => return Ok(Pool::Bertflow(json!({ "mean": layers }))),
-        PoolSource::Pooler(_) => return Err(unsupported(format!("the pooling {pooling}"))),
+        PoolSource::Pooler(_) | PoolSource::St(_) => {
+            return Err(unsupported(format!("the pooling {pooling}")))
+        }
     };
     Ok(Pool::St(json!({
         "word_embedding_dimension": enc.dim(),

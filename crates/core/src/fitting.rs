@@ -112,7 +112,7 @@ pub fn fit_sentences(
     let w = weights.as_ref();
     let progress = &*embedder.progress;
     let label = spec.to_string();
-    let dim = embedder.encoder.dim();
+    let dim = crate::st_pipeline::dim(&embedder.encoder, pooling)?;
     let (fitted, used) = match spec {
         spec if needs_rows(spec) => {
             let picked: Vec<String> = match sample {
@@ -170,7 +170,12 @@ fn sample_seed(spec: &CalibSpec) -> u64 {
 
 /// A weighting other than the plain mean needs an averaging pooling.
 pub fn check_weighting(enc: &Encoder, pooling: &Pooling, weighting: &Weighting) -> Result<()> {
-    if !weighting.is_plain_mean() && !matches!(enc.source(pooling)?, PoolSource::Mean(_)) {
+    if !weighting.is_plain_mean()
+        && !matches!(
+            crate::st_pipeline::source(enc, pooling)?,
+            PoolSource::Mean(_)
+        )
+    {
         bail!(
             "weighting {} applies to the averaging poolings (last-avg, first-last-avg, emb-avg, ...), not {pooling}",
             weighting.spec

@@ -21,7 +21,10 @@ pub fn index_identity(
     pooling: &Pooling,
     calibrator: Option<&LoadedCalibrator>,
 ) -> Result<Identity> {
-    let dimension = calibrator.map_or(encoder.dim(), |c| c.fitted.output_dim());
+    let dimension = match calibrator {
+        Some(c) => c.fitted.output_dim(),
+        None => crate::st_pipeline::dim(encoder, pooling)?,
+    };
     let calibrator = match calibrator {
         Some(c) => Some(format!(
             "{} {}",

@@ -37,6 +37,7 @@ pub mod matrix_file;
 pub mod pipeline;
 pub mod progress;
 pub mod report;
+pub mod st_pipeline;
 pub mod weighting;
 
 // Core is the only door: front ends (the CLI, the server, the Python

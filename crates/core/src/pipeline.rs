@@ -155,7 +155,7 @@ impl Pipeline {
                 }
             }
         };
-        let source = embedder.encoder.source(&pooling)?;
+        let source = crate::st_pipeline::source(&embedder.encoder, &pooling)?;
         Ok(Self {
             embedder,
             pooling,
@@ -291,9 +291,29 @@ impl Pipeline {
 
     /// Length of the vectors made.
     pub fn dimension(&self) -> usize {
-        self.calibrator
-            .as_ref()
-            .map_or(self.embedder.encoder.dim(), |c| c.fitted.output_dim())
+        self.calibrator.as_ref().map_or_else(
+            || self.source.dim(self.embedder.encoder.dim()),
+            |c| c.fitted.output_dim(),
+        )
+    }
+
+    /// Where inputs are truncated, in tokens: the encoder's `--max-len`, or for
+    /// `st` what the sentence-transformers directory says (capped by it).
+    pub fn max_len(&self) -> usize {
+        match &self.source {
+            PoolSource::St(head) => head.max_len,
+            _ => self.embedder.encoder.max_len(),
+        }
+    }
+
+    /// `text`'s token ids exactly as this pipeline feeds them to the model
+    /// (`st` lowercases and truncates as its directory says), and whether it
+    /// was truncated.
+    pub fn tokenize(&self, text: &str) -> Result<(Vec<u32>, bool)> {
+        Ok(self
+            .embedder
+            .encoder
+            .tokenize_for(text, Some(&self.source))?)
     }
 
     /// What it makes.
@@ -309,7 +329,7 @@ impl Pipeline {
             },
             calibrator: self.calibrator.as_ref().map(LoadedCalibrator::describe),
             dimension: self.dimension(),
-            max_len: enc.max_len(),
+            max_len: self.max_len(),
             precision: enc.precision().to_string(),
         }
     }

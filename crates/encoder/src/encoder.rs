@@ -6,6 +6,7 @@ use crate::error::{io_err, EncoderError, Result};
 use crate::files::{ModelFiles, TokenizerFile, WeightsFile};
 use crate::pooling::{masked_mean, PoolSource, Pooling};
 use crate::precision::Precision;
+use crate::st::{CalibratorLoader, StSpec};
 use crate::tokenize::TextTokenizer;
 use crate::weighting::TokenWeights;
 use crate::weights::Weights;
@@ -13,7 +14,7 @@ use ndarray::Array2;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// How to run the encoder.
 #[derive(Debug, Clone)]
@@ -156,11 +157,43 @@ impl Encoder {
     /// What `pooling` reads from this model; errors for out-of-range layers and for
     /// `pooler` on a checkpoint without pooler weights.
     pub fn source(&self, pooling: &Pooling) -> Result<PoolSource> {
+        self.source_with(pooling, None)
+    }
+
+    /// [`Encoder::source`]; for `st`, `loader` reads the calibrator file of
+    /// bertflow's module (without one such a directory is an error).
+    pub fn source_with(
+        &self,
+        pooling: &Pooling,
+        loader: Option<CalibratorLoader>,
+    ) -> Result<PoolSource> {
+        if *pooling == Pooling::St {
+            let head = self
+                .st_spec()?
+                .head(self.dim(), self.num_layers(), self.max_len, loader)?;
+            return Ok(PoolSource::St(Arc::new(head)));
+        }
         let src = pooling.source(self.num_layers())?;
         if matches!(src, PoolSource::Pooler(_)) && !self.model.has_pooler() {
             return Err(EncoderError::NoPooler);
         }
         Ok(src)
+    }
+
+    /// The sentence-transformers pipeline of the model directory (`modules.json`).
+    pub fn st_spec(&self) -> Result<StSpec> {
+        let root = self.files.st_root.as_ref().ok_or_else(|| {
+            EncoderError::Unsupported(format!(
+                "pooling 'st' needs a sentence-transformers directory, and {} has no modules.json",
+                self.files.dir.display()
+            ))
+        })?;
+        StSpec::read(
+            root,
+            self.dim(),
+            self.num_layers(),
+            self.config().max_tokens,
+        )
     }
 
     /// The static word-piece embedding matrix (vocab x hidden), a copy.
@@ -174,8 +207,23 @@ impl Encoder {
     /// Token ids with special tokens, truncated at `max_len`; the flag says whether
     /// the sentence was cut.
     pub fn tokenize(&self, text: &str) -> Result<(Vec<u32>, bool)> {
-        let mut ids = self.tokenizer.encode(text)?;
-        let cut = self.tokenizer.truncate(&mut ids, self.max_len);
+        self.tokenize_for(text, None)
+    }
+
+    /// [`Encoder::tokenize`] as `source` reads its input: an `st` pipeline has its
+    /// own truncation and may lowercase.
+    pub fn tokenize_for(
+        &self,
+        text: &str,
+        source: Option<&PoolSource>,
+    ) -> Result<(Vec<u32>, bool)> {
+        let (max_len, lower) = tokenization(source, self.max_len);
+        let mut ids = if lower {
+            self.tokenizer.encode(&text.to_lowercase())?
+        } else {
+            self.tokenizer.encode(text)?
+        };
+        let cut = self.tokenizer.truncate(&mut ids, max_len);
         Ok((ids, cut))
     }
 
@@ -229,11 +277,41 @@ impl Encoder {
         progress: &(dyn Fn(usize) + Sync),
         sort: bool,
     ) -> Result<Encoded> {
+        // Sources that tokenise differently (an `st` pipeline's truncation) run apart.
+        let mut groups: Vec<((usize, bool), Vec<usize>)> = Vec::new();
+        for (i, src) in sources.iter().enumerate() {
+            let tk = tokenization(Some(src), self.max_len);
+            match groups.iter_mut().find(|(k, _)| *k == tk) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((tk, vec![i])),
+            }
+        }
+        if groups.len() > 1 {
+            let mut embeddings: Vec<Option<Array2<f32>>> = vec![None; sources.len()];
+            let mut first: Option<Encoded> = None;
+            for (_, members) in &groups {
+                let part: Vec<PoolSource> = members.iter().map(|&i| sources[i].clone()).collect();
+                let mut out = self.encode_impl(texts, &part, opts, weights, progress, sort)?;
+                for (&i, m) in members.iter().zip(out.embeddings.drain(..)) {
+                    embeddings[i] = Some(m);
+                }
+                first.get_or_insert(out);
+            }
+            let first = first.expect("at least two groups");
+            return Ok(Encoded {
+                embeddings: embeddings
+                    .into_iter()
+                    .map(|m| m.expect("every source encoded"))
+                    .collect(),
+                tokens: first.tokens,
+                truncated: first.truncated,
+            });
+        }
         let n = texts.len();
         let mut ids = Vec::with_capacity(n);
         let mut truncated = Vec::with_capacity(n);
         for t in texts {
-            let (v, cut) = self.tokenize(t.as_ref())?;
+            let (v, cut) = self.tokenize_for(t.as_ref(), sources.first())?;
             truncated.push(cut);
             ids.push(v);
         }
@@ -276,11 +354,12 @@ impl Encoder {
         progress: &(dyn Fn(usize) + Sync),
         (tokens, truncated): (Vec<usize>, Vec<bool>),
     ) -> Result<Encoded> {
-        let (n, dim) = (ids.len(), self.dim());
+        let n = ids.len();
+        let dims: Vec<usize> = sources.iter().map(|s| s.dim(self.dim())).collect();
         let upto = sources.iter().map(|s| s.max_layer()).max().unwrap_or(0);
-        let outputs: Vec<Mutex<Vec<f32>>> = sources
+        let outputs: Vec<Mutex<Vec<f32>>> = dims
             .iter()
-            .map(|_| Mutex::new(vec![0f32; n * dim]))
+            .map(|&dim| Mutex::new(vec![0f32; n * dim]))
             .collect();
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
@@ -296,7 +375,7 @@ impl Encoder {
                 let batch = batches[b];
                 match self.run_batch(batch, ids, sources, upto, weights, &mut ws) {
                     Ok(pooled) => {
-                        for (out, rows) in outputs.iter().zip(pooled) {
+                        for ((out, rows), &dim) in outputs.iter().zip(pooled).zip(&dims) {
                             let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
                             for (k, &i) in batch.iter().enumerate() {
                                 out[i * dim..(i + 1) * dim]
@@ -325,7 +404,8 @@ impl Encoder {
         }
         let embeddings = outputs
             .into_iter()
-            .map(|m| {
+            .zip(&dims)
+            .map(|(m, &dim)| {
                 let v = m.into_inner().unwrap_or_else(|e| e.into_inner());
                 Array2::from_shape_vec((n, dim), v).expect("n * dim elements")
             })
@@ -379,10 +459,20 @@ impl Encoder {
                     let hs: Vec<&[f32]> = layers.iter().map(|&l| states[l].as_slice()).collect();
                     masked_mean(&hs, &lens, t, h, token_weights.as_deref())
                 }
+                PoolSource::St(head) => head.pool(states, &lens, t, h)?,
             };
             out.push(rows);
         }
         Ok(out)
+    }
+}
+
+/// The truncation and lowercasing `source` tokenises with (`max_len`, as is,
+/// for every pooling but `st`).
+fn tokenization(source: Option<&PoolSource>, max_len: usize) -> (usize, bool) {
+    match source {
+        Some(PoolSource::St(head)) => (head.max_len, head.lowercase),
+        _ => (max_len, false),
     }
 }
 

@@ -32,6 +32,8 @@ pub struct ModelFiles {
     pub tokenizer: TokenizerFile,
     /// The pooling a sentence-transformers directory declares (informational).
     pub st_pooling: Option<String>,
+    /// The sentence-transformers directory (holding `modules.json`), if it is one.
+    pub st_root: Option<PathBuf>,
 }
 
 impl ModelFiles {
@@ -76,6 +78,7 @@ impl ModelFiles {
         let mut model_dir = dir.to_path_buf();
         let mut st_pooling = None;
         let modules = dir.join("modules.json");
+        let st_root = modules.is_file().then(|| dir.to_path_buf());
         if modules.is_file() {
             let text = std::fs::read_to_string(&modules).map_err(io_err(&modules))?;
             let mods: Vec<serde_json::Value> =
@@ -130,6 +133,7 @@ impl ModelFiles {
                 weights,
                 tokenizer,
                 st_pooling,
+                st_root,
             }),
             _ => Err(EncoderError::IncompleteModel {
                 dir: model_dir,

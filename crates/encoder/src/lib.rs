@@ -11,6 +11,7 @@
 //! - [`precision`]: fp32 or int8 linear layers (bertflow-kernels).
 //! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
 //! - [`weighting`]: per-token weights (SIF, uSIF) for the averaging poolings.
+//! - [`st`]: the `st` pooling, a sentence-transformers directory's own pipeline.
 pub mod arch;
 pub mod cache;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod error;
 pub mod files;
 pub mod pooling;
 pub mod precision;
+pub mod st;
 pub mod tokenize;
 pub mod weighting;
 mod weights;

@@ -16,9 +16,12 @@
 //! | `last2-avg`      | N-1 and N     | the literal last two layers |
 //! | `emb-avg`        | 0             | non-contextual baseline, like averaged GloVe |
 //! | `layers:i,j,...` | i, j, ...     | any set |
+//! | `st`             | the directory's own pipeline | `SentenceTransformer(dir).encode` (see [`crate::st`]) |
 use crate::error::{EncoderError, Result};
+use crate::st::StHead;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// One pooling. Parse with `FromStr`; `Display` gives the canonical name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -32,6 +35,9 @@ pub enum Pooling {
     EmbAvg,
     /// Mean over these hidden states (0 = embedding output), in the order given.
     Layers(Vec<usize>),
+    /// A sentence-transformers directory's own pipeline (`modules.json`):
+    /// resolved by [`crate::Encoder::source`], not by [`Pooling::source`].
+    St,
 }
 
 /// What a pooling reads from the forward pass, for a model with `n` layers.
@@ -43,6 +49,9 @@ pub enum PoolSource {
     Pooler(usize),
     /// Masked token mean of the mean of these hidden states (sorted, deduplicated).
     Mean(Vec<usize>),
+    /// A sentence-transformers pipeline (pooling, dense layers, normalisation,
+    /// bertflow's calibrator module) on the hidden states.
+    St(Arc<StHead>),
 }
 
 /// Every named pooling with its one-line description, for `--help` and docs.
@@ -70,6 +79,10 @@ pub const POOLINGS: &[(&str, &str)] = &[
         "layers:i,j,...",
         "mean of any hidden states; 0 = embedding output, N = last layer",
     ),
+    (
+        "st",
+        "a sentence-transformers directory's own pipeline (modules.json: Pooling, Dense, Normalize, bertflow's module): SentenceTransformer(dir).encode",
+    ),
 ];
 
 impl Pooling {
@@ -92,6 +105,9 @@ impl Pooling {
             Pooling::Last2Avg => check(vec![n.saturating_sub(1).max(1).min(n), n]),
             Pooling::EmbAvg => check(vec![0]),
             Pooling::Layers(v) => check(v.clone()),
+            Pooling::St => Err(EncoderError::Unsupported(
+                "pooling 'st' is resolved from the model directory (Encoder::source)".into(),
+            )),
         }
     }
 }
@@ -102,6 +118,15 @@ impl PoolSource {
         match self {
             PoolSource::Cls(n) | PoolSource::Pooler(n) => *n,
             PoolSource::Mean(v) => v.iter().copied().max().unwrap_or(0),
+            PoolSource::St(head) => head.max_layer(),
+        }
+    }
+
+    /// Width of the vectors it makes, for a model of `hidden` dimensions.
+    pub fn dim(&self, hidden: usize) -> usize {
+        match self {
+            PoolSource::St(head) => head.dim(),
+            _ => hidden,
         }
     }
 
@@ -117,6 +142,7 @@ impl PoolSource {
                     .collect::<Vec<_>>()
                     .join(",")
             ),
+            PoolSource::St(head) => format!("st@{}", head.key()),
         }
     }
 }
@@ -133,6 +159,7 @@ impl FromStr for Pooling {
             "emb-last-avg" => Pooling::EmbLastAvg,
             "last2-avg" => Pooling::Last2Avg,
             "emb-avg" => Pooling::EmbAvg,
+            "st" => Pooling::St,
             _ => {
                 let list = t
                     .strip_prefix("layers:")
@@ -161,6 +188,7 @@ impl fmt::Display for Pooling {
             Pooling::EmbLastAvg => f.write_str("emb-last-avg"),
             Pooling::Last2Avg => f.write_str("last2-avg"),
             Pooling::EmbAvg => f.write_str("emb-avg"),
+            Pooling::St => f.write_str("st"),
             Pooling::Layers(v) => write!(
                 f,
                 "layers:{}",

@@ -62,20 +62,21 @@ impl EmbedBackend for ModelBackend {
 
     fn tokenize_len(&self, text: &str) -> usize {
         // A text the tokenizer refuses costs a full sequence; `embed` then reports the error.
-        let encoder = self.pipeline.encoder();
-        encoder
+        self.pipeline
+            .encoder()
             .tokenizer()
             .encode(text)
-            .map_or(encoder.max_len(), |ids| ids.len())
+            .map_or(self.info.max_len, |ids| ids.len())
     }
 
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
-        // Exactly what `embed` feeds the model: [CLS] ... [SEP], cut at max_len.
-        let encoder = self.pipeline.encoder();
-        let tokenizer = encoder.tokenizer();
-        let tokenized = encoder
+        // Exactly what `embed` feeds the model: [CLS] ... [SEP], cut at max_len
+        // (for `st`, lowercased and cut where its directory says).
+        let tokenizer = self.pipeline.encoder().tokenizer();
+        let tokenized = self
+            .pipeline
             .tokenize(text)
-            .map_err(|e| BackendError::new(format!("tokenisation failed: {e}")))
+            .map_err(|e| BackendError::new(format!("tokenisation failed: {}", e.chain())))
             .and_then(|(ids, truncated)| {
                 let tokens = ids
                     .iter()

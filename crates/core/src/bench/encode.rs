@@ -116,7 +116,7 @@ pub fn bench_encode(
         let enc = Encoder::load_with_precision(&cfg.model, cfg.max_len, precision)
             .with_context(|| format!("cannot load model '{}' ({precision})", cfg.model))?;
         model_id = enc.model_id().to_string();
-        let sources = [enc.source(&cfg.pooling)?];
+        let sources = [crate::st_pipeline::source(&enc, &cfg.pooling)?];
         tokens = texts
             .iter()
             .map(|t| enc.tokenize(t).map(|(ids, _)| ids.len()))
