@@ -56,7 +56,8 @@ def test_whitening_equals_the_cli_fit(spark, vectors, run_cli, tmp_path, partiti
     assert np.abs(Z - np.load(tmp_path / "z.npy")).max() <= 1e-5
 
 
-@pytest.mark.parametrize("spec", ["sn", "natsv:k=5", "sn+natsv:k=5", "whiten:k=128"])
+@pytest.mark.parametrize("spec", ["sn", "natsv:k=5", "sn+natsv:k=5", "whiten:k=128",
+                                  "softwhiten:alpha=0.5,shrink=0.25,drop=2"])
 def test_moment_kinds_equal_the_one_shot_fit(spark, vectors, spec):
     X = vectors["X"]
     c = bs.fit(read(spark, vectors, 3), "embedding", spec)
@@ -87,6 +88,23 @@ def test_flow_fits_on_a_seeded_sample_recorded_in_the_file(spark, vectors, run_c
             "--output", tmp_path / "z.npy")
     ids, Z = spark_vectors(bs.transform(read(spark, vectors, 3), "embedding", path))
     assert np.abs(Z - np.load(tmp_path / "z.npy")).max() <= 1e-5
+
+
+def test_auto_fits_on_the_sample_as_on_the_rows(spark, vectors):
+    # auto is not a moment kind (the registry says so): it is fitted on the
+    # seeded sample, here every row, and decides as on the matrix itself.
+    X = vectors["X"]
+    c = bs.fit(read(spark, vectors, 3), "embedding", "auto", sample_size=len(X) + 10)
+    ref = bertflow.Auto().fit(X)
+    assert c.meta_["fit_corpus_size"] == len(X) and "sampled_from" not in c.meta_
+    assert c.decision_["action"] == ref.decision_["action"]
+    assert np.abs(c.transform(X) - ref.transform(X)).max() <= 1e-4
+
+
+def test_calibrate_help_lists_every_kind():
+    help_text = bs.calibrate_help()
+    for k in bertflow.kinds():
+        assert k["synopsis"] in help_text, k["name"]
 
 
 def test_flow_on_fewer_rows_than_the_sample_uses_every_row(spark, vectors):

@@ -228,23 +228,44 @@ def _flow_sample(df, col, n, seed):
     return np.ascontiguousarray(X, dtype=np.float32), total
 
 
+def _from_moments(kind):
+    """Whether the registry fits `kind` from moment statistics alone."""
+    import bertflow
+
+    return next(k["moments"] for k in bertflow.kinds() if k["name"] == kind)
+
+
+def calibrate_help():
+    """The kinds `--calibrate` takes and how each is fitted, from the registry."""
+    import bertflow
+
+    kinds = bertflow.kinds()
+    exact = ", ".join(k["synopsis"] for k in kinds if k["moments"])
+    sampled = ", ".join(k["synopsis"] for k in kinds if not k["moments"])
+    return (f"fit this calibrator on the whole input and apply it: {exact} (exact, from "
+            f"merged statistics) or {sampled} (on a seeded sample, see --sample-size); "
+            "default none")
+
+
 def fit(df, col="embedding", spec="whiten", *, sample_size=DEFAULT_SAMPLE_SIZE, source=None):
     """Fits a calibrator on the vectors of ``col``; returns it, fitted.
 
-    ``whiten``, ``whiten:k=N``, ``sn``, ``natsv:k=N`` and ``sn+natsv:k=N`` are
-    fitted from :func:`moment_stats`: exact (equal to fitting on every row at
-    once) for any number of rows, with O(dim^2) memory on the driver.
+    The kinds whose registry entry says ``moments`` (``bertflow.kinds()``:
+    none, sn, whiten, natsv, sn+natsv, softwhiten) are fitted from
+    :func:`moment_stats`: exact (equal to fitting on every row at once) for
+    any number of rows, with O(dim^2) memory on the driver.
 
-    ``flow`` needs its sample in the driver's memory: it is fitted on
-    ``min(sample_size, rows)`` vectors chosen by a hash of their values seeded
-    with the flow's ``seed`` (so the sample does not depend on the
-    partitioning), in hash order. The file records the sample size
+    The others (``flow``, ``auto``) need their sample in the driver's memory:
+    fitted on ``min(sample_size, rows)`` vectors chosen by a hash of their
+    values seeded with the calibrator's ``seed`` (a flow's; 0 for kinds
+    without one), so the sample does not depend on the partitioning, in hash
+    order. The file records the sample size
     (``fit_corpus_size``) and, when it is a sample, the number of rows it was
     drawn from (``sampled_from``). Memory: ``sample_size * dim * 4`` bytes.
 
     Args:
         spec: A spec string (``"whiten:k=256"``) or an unfitted calibrator.
-        sample_size: Rows of a flow's sample.
+        sample_size: Rows of the sample of a kind fitted on one (flow, auto).
         source: Recorded in the file, as in :meth:`bertflow.Calibrator.fit`: a
             :class:`bertflow.Encoder` (so that ``bertflow encode
             --calibrator`` accepts the file for that model and pooling), a
@@ -256,16 +277,16 @@ def fit(df, col="embedding", spec="whiten", *, sample_size=DEFAULT_SAMPLE_SIZE, 
     import bertflow
 
     c = bertflow.calibrator(spec)
-    if c._kind != "flow":
+    if _from_moments(c._kind):
         return moment_stats(df, col).fit(c, source=source)
     if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size < 2:
         raise ValueError(f"bertflow.spark: sample_size must be an int >= 2, got {sample_size!r}")
     T = _types()
     _check_column(df, col, (T.ArrayType,), "an array column of vectors")
-    X, total = _flow_sample(df, col, sample_size, int(c.seed))
+    X, total = _flow_sample(df, col, sample_size, int(getattr(c, "seed", 0)))
     if X.shape[0] < 2:
         raise ValueError(f"bertflow.spark: column {col!r} holds {X.shape[0]} vector(s); "
-                         "a flow needs at least 2")
+                         f"{c._kind} needs at least 2")
     c.fit(X, source=source)
     if X.shape[0] < total:
         c._set_fitted(c.calibrator_.with_sampled_from(total))

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from bertflow.spark import DEFAULT_SAMPLE_SIZE, _worker
+from bertflow.spark import DEFAULT_SAMPLE_SIZE, _worker, calibrate_help
 
 
 def parse_args(argv=None):
@@ -46,14 +46,11 @@ def parse_args(argv=None):
                    help="empty texts: error (default), skip (drop the row) or keep; a null "
                    "text gives a null embedding")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--calibrate", default="none", metavar="SPEC",
-                   help="fit this calibrator on the whole input and apply it: none (default), "
-                   "sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N (exact, from merged statistics) "
-                   "or flow[:...] (on a seeded sample, see --sample-size)")
+    g.add_argument("--calibrate", default="none", metavar="SPEC", help=calibrate_help())
     g.add_argument("--calibrator", metavar="FILE",
                    help="apply this calibrator file instead of fitting one")
     p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_SIZE,
-                   help=f"rows a flow is fitted on, collected to the driver (default: "
+                   help=f"rows a flow or auto is fitted on, collected to the driver (default: "
                    f"{DEFAULT_SAMPLE_SIZE})")
     p.add_argument("--save-calibrator", metavar="FILE",
                    help="write the fitted calibrator (the CLI's .safetensors format)")
