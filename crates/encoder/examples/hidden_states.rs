@@ -143,23 +143,33 @@ fn main() -> Res<()> {
                     }
                 }
             }
-            let inv = 1.0 / lens[k] as f32;
-            let p = |r: usize| r * d..(r + 1) * d;
-            let (last, first_last, emb) =
-                (&mut vec![0f32; d], &mut vec![0f32; d], &mut vec![0f32; d]);
+            // Sums straight into this sentence's pooled rows (zero until now).
+            let [last, first_last, cls, emb] = pooled.as_mut_slice() else {
+                unreachable!("four poolings")
+            };
+            let rows = r * d..(r + 1) * d;
+            let (last, first_last, emb) = (
+                &mut last[rows.clone()],
+                &mut first_last[rows.clone()],
+                &mut emb[rows.clone()],
+            );
             for j in 0..lens[k] {
+                let (s0, s1, sn) = (row(0, j), row(1, j), row(n_layers, j));
                 for c in 0..d {
-                    last[c] += row(n_layers, j)[c];
-                    first_last[c] += (row(1, j)[c] + row(n_layers, j)[c]) / 2.0;
-                    emb[c] += row(0, j)[c];
+                    last[c] += sn[c];
+                    first_last[c] += (s1[c] + sn[c]) / 2.0;
+                    emb[c] += s0[c];
                 }
             }
-            for (dst, src) in [(0, &*last), (1, &*first_last), (3, &*emb)] {
-                for (o, &v) in pooled[dst][p(r)].iter_mut().zip(src) {
-                    *o = v * inv;
-                }
+            let inv = 1.0 / lens[k] as f32;
+            for v in last
+                .iter_mut()
+                .chain(first_last.iter_mut())
+                .chain(emb.iter_mut())
+            {
+                *v *= inv;
             }
-            pooled[2][p(r)].copy_from_slice(row(n_layers, 0));
+            cls[rows].copy_from_slice(row(n_layers, 0));
         }
         if b % 100 == 99 {
             eprintln!("{}/{}", (b + 1) * 32, sents.len());
