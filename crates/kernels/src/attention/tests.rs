@@ -1,0 +1,214 @@
+//! Attention against a textbook f64 reference.
+use super::*;
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Textbook attention in f64 on explicitly gathered Q, K, V per head, with an
+/// additive mask of -1e30 on padded keys and on keys outside the window, the
+/// bias added to the scores; a row with every key masked gives 0.
+fn reference(qkv: &[f32], lens: &[usize], s: AttnShape, opts: AttnOpts) -> Vec<f32> {
+    let h = s.hidden();
+    let at = |r: usize, i: usize, part: usize, head: usize, d: usize| {
+        qkv[(r * s.seq + i) * 3 * h + part * h + head * s.head_dim + d] as f64
+    };
+    let mut ctx = vec![0f32; s.batch * s.seq * h];
+    for (r, &len) in lens.iter().enumerate() {
+        for head in 0..s.heads {
+            for i in 0..s.seq {
+                let scores: Vec<f64> = (0..s.seq)
+                    .map(|j| {
+                        let dot: f64 = (0..s.head_dim)
+                            .map(|d| at(r, i, 0, head, d) * at(r, j, 1, head, d))
+                            .sum();
+                        let bias = opts
+                            .bias
+                            .map_or(0.0, |b| b[(head * s.seq + i) * s.seq + j] as f64);
+                        let seen = j < len && opts.window.is_none_or(|w| i.abs_diff(j) <= w / 2);
+                        dot + bias + if seen { 0.0 } else { -1e30 }
+                    })
+                    .collect();
+                if scores.iter().all(|&x| x < -1e29) {
+                    continue;
+                }
+                let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for d in 0..s.head_dim {
+                    let v: f64 = (0..s.seq).map(|j| e[j] / sum * at(r, j, 2, head, d)).sum();
+                    ctx[(r * s.seq + i) * h + head * s.head_dim + d] = v as f32;
+                }
+            }
+        }
+    }
+    ctx
+}
+
+#[test]
+fn strided_attention_matches_reference_on_odd_shapes() {
+    for (batch, seq, heads, head_dim, lens) in [
+        (3, 7, 2, 5, vec![7, 3, 1]),
+        (2, 9, 3, 11, vec![9, 9]),
+        (1, 1, 1, 1, vec![1]),
+        (2, 13, 12, 32, vec![13, 6]),
+        // more than one key chunk and query group; head dims of 64, 32 + 16
+        // and 64 + 16 + 3 columns
+        (2, 40, 2, 64, vec![40, 33]),
+        (1, 21, 3, 48, vec![17]),
+        (1, 18, 1, 83, vec![18]),
+    ] {
+        let s = AttnShape {
+            batch,
+            seq,
+            heads,
+            head_dim,
+        };
+        let qkv: Vec<f32> = values(batch * seq * 3 * s.hidden(), seq as u64)
+            .iter()
+            .map(|v| v * 3.0)
+            .collect();
+        let bias = values(heads * seq * seq, 7 + seq as u64)
+            .iter()
+            .map(|v| v * 4.0)
+            .collect::<Vec<_>>();
+        for opts in [
+            AttnOpts::default(),
+            AttnOpts {
+                bias: Some(&bias),
+                window: None,
+            },
+            AttnOpts {
+                bias: None,
+                window: Some(4),
+            },
+            AttnOpts {
+                bias: Some(&bias),
+                window: Some(3),
+            },
+            AttnOpts {
+                bias: None,
+                window: Some(0),
+            },
+        ] {
+            let want = reference(&qkv, &lens, s, opts);
+            let mut ctx = vec![f32::NAN; want.len()];
+            let mut scores = Vec::new();
+            attention(&qkv, &lens, s, opts, &mut ctx, &mut scores).unwrap();
+            let diff = ctx
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            // f32 scores of up to ~100 carry ~1e-5 rounding into the exponent.
+            assert!(diff < 2e-5, "{s:?} {opts:?}: max abs diff {diff}");
+        }
+    }
+}
+
+#[test]
+fn window_masks_far_keys_and_bias_shifts_scores() {
+    // One head, head_dim 1, q = 0: every score is 0 before the bias, so the
+    // probabilities are the softmax of the bias over the visible keys and the
+    // context is their mean of v (v_j = j).
+    let s = AttnShape {
+        batch: 1,
+        seq: 5,
+        heads: 1,
+        head_dim: 1,
+    };
+    let mut qkv = vec![0f32; 15];
+    for j in 0..5 {
+        qkv[j * 3 + 2] = j as f32;
+    }
+    let mut ctx = vec![0f32; 5];
+    let mut p = Vec::new();
+    let close = |a: &[f32], b: &[f32]| {
+        assert!(
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6),
+            "{a:?} vs {b:?}"
+        )
+    };
+    let w = AttnOpts {
+        bias: None,
+        window: Some(2),
+    };
+    attention(&qkv, &[5], s, w, &mut ctx, &mut p).unwrap();
+    // keys within 1: {0,1} -> 0.5, {0,1,2} -> 1, {1,2,3} -> 2, {2,3,4} -> 3, {3,4} -> 3.5
+    close(&ctx, &[0.5, 1.0, 2.0, 3.0, 3.5]);
+    // Padding: len 2 and window 2, row 4 sees no real key: zero context.
+    attention(&qkv, &[2], s, w, &mut ctx, &mut p).unwrap();
+    close(&ctx, &[0.5, 0.5, 1.0, 0.0, 0.0]);
+    // A bias of -inf on every key but j = 3 selects v_3.
+    let mut bias = vec![f32::NEG_INFINITY; 25];
+    for i in 0..5 {
+        bias[i * 5 + 3] = 0.0;
+    }
+    let b = AttnOpts {
+        bias: Some(&bias),
+        window: None,
+    };
+    attention(&qkv, &[5], s, b, &mut ctx, &mut p).unwrap();
+    close(&ctx, &[3.0; 5]);
+    assert!(attention(
+        &qkv,
+        &[5],
+        s,
+        AttnOpts {
+            bias: Some(&bias[1..]),
+            window: None
+        },
+        &mut ctx,
+        &mut p
+    )
+    .is_err());
+}
+
+#[test]
+fn padded_keys_do_not_matter() {
+    let s = AttnShape {
+        batch: 1,
+        seq: 6,
+        heads: 2,
+        head_dim: 4,
+    };
+    let qkv = values(6 * 3 * 8, 3);
+    let mut changed = qkv.clone();
+    // keys and values of positions 4 and 5 (padding for len 4)
+    for i in 4..6 {
+        for x in &mut changed[i * 24 + 8..i * 24 + 24] {
+            *x += 100.0;
+        }
+    }
+    let (mut a, mut b) = (vec![0f32; 48], vec![0f32; 48]);
+    let mut p = Vec::new();
+    attention(&qkv, &[4], s, AttnOpts::default(), &mut a, &mut p).unwrap();
+    attention(&changed, &[4], s, AttnOpts::default(), &mut b, &mut p).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let s = AttnShape {
+        batch: 2,
+        seq: 3,
+        heads: 1,
+        head_dim: 2,
+    };
+    let (qkv, mut ctx, mut p) = (vec![0f32; 36], vec![0f32; 12], Vec::new());
+    let o = AttnOpts::default();
+    assert!(attention(&qkv, &[3, 3], s, o, &mut ctx, &mut p).is_ok());
+    assert!(attention(&qkv, &[3, 0], s, o, &mut ctx, &mut p).is_err());
+    assert!(attention(&qkv, &[3, 4], s, o, &mut ctx, &mut p).is_err());
+    assert!(attention(&qkv, &[3], s, o, &mut ctx, &mut p).is_err());
+    assert!(attention(&qkv[1..], &[3, 3], s, o, &mut ctx, &mut p).is_err());
+    assert!(attention(&qkv, &[3, 3], s, o, &mut ctx[1..], &mut p).is_err());
+}
