@@ -55,8 +55,9 @@ pub struct EmbedderConfig {
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_cache: bool,
     /// Precision of the transformer layers' linear products: fp32, or int8 (s8
-    /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX2 or
-    /// portable kernel chosen at run time, or forced with BERTFLOW_INT8_KERNEL).
+    /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX-VNNI,
+    /// AVX2 or portable kernel chosen at run time, or forced with
+    /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar).
     #[cfg_attr(
         feature = "clap",
         arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::pipeline::parse_precision)

@@ -12,7 +12,7 @@ pub enum Precision {
     #[default]
     Fp32,
     /// s8 weights per output channel, u8 activations per row (8 bits for the
-    /// AVX512-VNNI and portable kernels, 7 for AVX2), i32 products
+    /// AVX512-VNNI, AVX-VNNI and portable kernels, 7 for AVX2), i32 products
     /// (bertflow-kernels, kernel chosen at run time).
     Int8,
 }

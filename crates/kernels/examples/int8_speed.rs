@@ -4,7 +4,11 @@
 //! `layer` is the whole call (quantise the input, product, output stage); `product`
 //! starts from an input already quantised (as the fused Q/K/V product shares one).
 //! G int8 ops/s counts 2 m k n operations; times are the best of the repetitions.
-use bertflow_kernels::{Act, Isa, QuantInput, QuantLinear};
+//! Where the CPU has AVX512-VNNI and AVX512VL, `avx512vnni-ymm` also times the
+//! AVX-VNNI kernel's tile (6 rows x one 16-channel panel, 256-bit registers) with
+//! the EVEX encoding of `vpdpbusd`, so its structure can be timed on CPUs without
+//! AVX-VNNI (its output stage is compiled with AVX-512 there).
+use bertflow_kernels::{Act, Isa, KernelError, QuantInput, QuantLinear};
 use std::time::Instant;
 
 /// Best of `reps` calls (the machine may be shared: the minimum is the least
@@ -33,27 +37,44 @@ fn main() {
         let lin = QuantLinear::new(&w, &b, n, k).unwrap();
         let mut out = vec![0f32; m * n];
         let ops = 2.0 * (m * k * n) as f64;
-        for isa in Isa::available_all() {
+        // (label, kernel whose codes it takes, the product from quantised input).
+        type Product =
+            fn(&QuantLinear, Isa, &QuantInput, Act, &mut [f32]) -> Result<(), KernelError>;
+        let mut kernels: Vec<(&str, Isa, Product)> = Isa::available_all()
+            .into_iter()
+            .map(|isa| {
+                let f: Product =
+                    |lin, isa, inp, act, out| lin.forward_quantized(isa, inp, None, act, out);
+                (isa.name(), isa, f)
+            })
+            .collect();
+        if QuantLinear::avxvnni_evex_available() {
+            let f: Product =
+                |lin, _, inp, act, out| lin.forward_quantized_avxvnni_evex(inp, None, act, out);
+            kernels.push(("avx512vnni-ymm (AVX-VNNI tile, EVEX)", Isa::AvxVnni, f));
+        }
+        for (label, isa, product_fn) in kernels {
             let reps = if isa == Isa::Scalar { 2 } else { 30 };
+            // As `QuantLinear::forward`: a fresh quantised input per call.
             let layer = time(reps, || {
-                lin.forward(isa, &x, m, None, Act::None, &mut out).unwrap()
+                let mut inp = QuantInput::new();
+                inp.quantize(isa, &x, m, k).unwrap();
+                product_fn(&lin, isa, &inp, Act::None, &mut out).unwrap()
             });
             let mut inp = QuantInput::new();
             let quant = time(reps, || inp.quantize(isa, &x, m, k).unwrap());
             let product = time(reps, || {
-                lin.forward_quantized(isa, &inp, None, Act::None, &mut out)
-                    .unwrap()
+                product_fn(&lin, isa, &inp, Act::None, &mut out).unwrap()
             });
             // The feed-forward's first product ends in GELU (in the output stage).
             let gelu = time(reps, || {
-                lin.forward_quantized(isa, &inp, None, Act::GeluErf, &mut out)
-                    .unwrap()
+                product_fn(&lin, isa, &inp, Act::GeluErf, &mut out).unwrap()
             });
             println!(
                 "m={m} k={k} n={n} {:<10} layer {:7.3} ms {:6.1} G int8 ops/s | \
                  quantise {:6.3} ms | product {:7.3} ms {:6.1} G int8 ops/s | \
                  product+GELU {:7.3} ms",
-                isa.name(),
+                label,
                 layer * 1e3,
                 ops / layer / 1e9,
                 quant * 1e3,

@@ -2,9 +2,10 @@
 //!
 //! - [`int8`]: `y = act(dequant(q(x) · Wq^T) + b)` with weights quantised per output
 //!   channel to s8 and packed at load, activations quantised per row to u8 at run
-//!   time (8 bits for the AVX512-VNNI and portable kernels, 7 for AVX2); integer
-//!   products by a register-blocked AVX512-VNNI, an AVX2 or a portable kernel, chosen
-//!   at run time ([`Isa`]). Each kernel is bit-exact against its scalar model.
+//!   time (8 bits for the AVX512-VNNI, AVX-VNNI and portable kernels, 7 for AVX2);
+//!   integer products by a register-blocked AVX512-VNNI, AVX-VNNI (256-bit), AVX2 or
+//!   portable kernel, chosen at run time ([`Isa`]). Each kernel is bit-exact against
+//!   its scalar model.
 //! - [`act`]: the vectorisable exact-erf GELU shared with the fp32 path.
 //! - [`norm`]: fp32 row epilogues: bias + activation, bias + residual + LayerNorm.
 //! - [`attention`]: self-attention read in place from the fused QKV product, with

@@ -1,7 +1,10 @@
 //! Every int8 kernel this CPU can run, forced, against the plain-loop reference with
 //! its own activation code range, on odd shapes (M, N not multiples of the 6 x 64
-//! tile, K not a multiple of 4).
-use bertflow_kernels::int8::{quantize_row, quantize_weights, reference_forward, QMAX_7BIT};
+//! tile, K not a multiple of 4); the AVX-VNNI tile also with EVEX `vpdpbusd`, so that
+//! it runs on AVX-512 CPUs without AVX-VNNI.
+use bertflow_kernels::int8::{
+    quantize_row, quantize_weights, reference_forward, KernelError, QMAX_7BIT, QMAX_8BIT,
+};
 use bertflow_kernels::{Act, Isa, QuantInput, QuantLinear};
 
 /// Deterministic pseudo-random values in [-scale, scale) (xorshift).
@@ -31,21 +34,50 @@ const SHAPES: [(usize, usize, usize); 11] = [
     (6, 8, 64),
 ];
 
+/// One odd-shape case: a layer and its inputs.
+struct Case {
+    m: usize,
+    k: usize,
+    n: usize,
+    w: Vec<f32>,
+    b: Vec<f32>,
+    x: Vec<f32>,
+    res: Vec<f32>,
+}
+
+/// Every shape of [`SHAPES`] with its deterministic data.
+fn cases() -> impl Iterator<Item = Case> {
+    SHAPES.iter().enumerate().map(|(i, &(m, k, n))| Case {
+        m,
+        k,
+        n,
+        w: values(n * k, 1 + i as u64, 0.5),
+        b: values(n, 100 + i as u64, 0.1),
+        // Rows with an offset, so the zero point is not in the middle.
+        x: values(m * k, 200 + i as u64, 3.0)
+            .iter()
+            .enumerate()
+            .map(|(j, v)| v + (j / k) as f32 * 0.7)
+            .collect(),
+        res: values(m * n, 300 + i as u64, 1.0),
+    })
+}
+
 #[test]
 fn every_available_kernel_matches_the_reference_bit_for_bit() {
     let paths = Isa::available_all();
     assert!(paths.contains(&Isa::Scalar));
     eprintln!("kernels tested: {paths:?}");
-    for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
-        let w = values(n * k, 1 + i as u64, 0.5);
-        let b = values(n, 100 + i as u64, 0.1);
-        // Rows with an offset, so the zero point is not in the middle.
-        let x: Vec<f32> = values(m * k, 200 + i as u64, 3.0)
-            .iter()
-            .enumerate()
-            .map(|(j, v)| v + (j / k) as f32 * 0.7)
-            .collect();
-        let res = values(m * n, 300 + i as u64, 1.0);
+    for Case {
+        m,
+        k,
+        n,
+        w,
+        b,
+        x,
+        res,
+    } in cases()
+    {
         let lin = QuantLinear::new(&w, &b, n, k).unwrap();
         let (q, s) = quantize_weights(&w, n, k);
         for act in [Act::None, Act::GeluErf, Act::Relu] {
@@ -64,6 +96,61 @@ fn every_available_kernel_matches_the_reference_bit_for_bit() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn every_kernel_is_listed_and_the_best_available_is_chosen() {
+    let names: Vec<_> = Isa::ALL.iter().map(|i| i.name()).collect();
+    assert_eq!(names, ["scalar", "avx2", "avxvnni", "avx512vnni"]);
+    let acts: Vec<_> = Isa::ALL.iter().map(|i| i.act_max()).collect();
+    assert_eq!(acts, [QMAX_8BIT, QMAX_7BIT, QMAX_8BIT, QMAX_8BIT]);
+    let order = [Isa::Avx512Vnni, Isa::AvxVnni, Isa::Avx2, Isa::Scalar];
+    let best = *order.iter().find(|i| i.available()).unwrap();
+    assert_eq!(Isa::best(), best);
+    let want: Vec<_> = Isa::ALL.into_iter().filter(|i| i.available()).collect();
+    assert_eq!(Isa::available_all(), want);
+}
+
+#[test]
+fn the_avxvnni_tile_with_evex_vpdpbusd_matches_the_reference_bit_for_bit() {
+    if !QuantLinear::avxvnni_evex_available() {
+        eprintln!("skipped: this CPU lacks AVX512-VNNI/VL (the EVEX AVX-VNNI tile)");
+        let lin = QuantLinear::new(&[1.0; 6], &[0.0; 2], 2, 3).unwrap();
+        let mut inp = QuantInput::new();
+        inp.quantize(Isa::AvxVnni, &[1.0; 6], 2, 3).unwrap();
+        let r = lin.forward_quantized_avxvnni_evex(&inp, None, Act::None, &mut [0.0; 4]);
+        assert!(matches!(r, Err(KernelError::Unavailable(..))), "{r:?}");
+        return;
+    }
+    let mut inp = QuantInput::new();
+    for c in cases() {
+        let (m, k, n) = (c.m, c.k, c.n);
+        let lin = QuantLinear::new(&c.w, &c.b, n, k).unwrap();
+        let (q, s) = quantize_weights(&c.w, n, k);
+        inp.quantize(Isa::AvxVnni, &c.x, m, k).unwrap();
+        for act in [Act::None, Act::GeluErf, Act::Relu] {
+            for residual in [None, Some(c.res.as_slice())] {
+                let want = reference_forward(QMAX_8BIT, &q, &s, &c.b, n, k, &c.x, m, residual, act);
+                let mut got = vec![f32::NAN; m * n];
+                lin.forward_quantized_avxvnni_evex(&inp, residual, act, &mut got)
+                    .unwrap();
+                assert_eq!(
+                    got,
+                    want,
+                    "m={m} k={k} n={n} {act:?} residual={}",
+                    residual.is_some()
+                );
+            }
+        }
+        // 7-bit codes (the AVX2 kernel's), or an output of the wrong size: errors.
+        let mut out = vec![0f32; m * n];
+        inp.quantize(Isa::Avx2, &c.x, m, k).unwrap();
+        let r = lin.forward_quantized_avxvnni_evex(&inp, None, Act::None, &mut out);
+        assert!(matches!(r, Err(KernelError::Shape(_))), "{r:?}");
+        inp.quantize(Isa::AvxVnni, &c.x, m, k).unwrap();
+        let r = lin.forward_quantized_avxvnni_evex(&inp, None, Act::None, &mut out[1..]);
+        assert!(matches!(r, Err(KernelError::Shape(_))), "{r:?}");
     }
 }
 

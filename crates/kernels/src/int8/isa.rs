@@ -9,17 +9,23 @@ pub enum Isa {
     Scalar,
     /// `vpmaddubsw` + `vpmaddwd` on 256-bit registers; 7-bit activations.
     Avx2,
-    /// `vpdpbusd` on 512-bit registers; 8-bit activations.
+    /// AVX-VNNI: VEX `vpdpbusd` on 256-bit registers (CPUs with AVX-VNNI but no
+    /// AVX-512: Alder Lake and later client cores, Zen 5 client); a tile of 6 rows
+    /// x one 16-channel panel, the block's 4 panels in turn; 8-bit activations.
+    AvxVnni,
+    /// AVX512-VNNI: `vpdpbusd` on 512-bit registers, a tile of 6 rows x 64
+    /// channels; 8-bit activations.
     Avx512Vnni,
 }
 
 impl Isa {
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
 
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512Vnni => "avx512vnni",
         }
     }
@@ -30,7 +36,7 @@ impl Isa {
     pub fn act_max(self) -> i32 {
         match self {
             Isa::Avx2 => QMAX_7BIT,
-            Isa::Scalar | Isa::Avx512Vnni => QMAX_8BIT,
+            Isa::Scalar | Isa::AvxVnni | Isa::Avx512Vnni => QMAX_8BIT,
         }
     }
 
@@ -42,6 +48,12 @@ impl Isa {
             Isa::Avx2 => {
                 std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("avxvnni")
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
@@ -60,15 +72,15 @@ impl Isa {
         Isa::ALL.into_iter().filter(|i| i.available()).collect()
     }
 
-    /// The fastest kernel this CPU can run.
+    /// The fastest kernel this CPU can run: AVX512-VNNI, AVX-VNNI, AVX2, portable.
     pub fn best() -> Isa {
-        [Isa::Avx512Vnni, Isa::Avx2]
+        [Isa::Avx512Vnni, Isa::AvxVnni, Isa::Avx2]
             .into_iter()
             .find(|i| i.available())
             .unwrap_or(Isa::Scalar)
     }
 
-    /// `BERTFLOW_INT8_KERNEL` (auto, scalar, avx2, avx512vnni), else the best;
+    /// `BERTFLOW_INT8_KERNEL` (auto, scalar, avx2, avxvnni, avx512vnni), else the best;
     /// an error when the named kernel is unknown or not supported by this CPU.
     pub fn from_env() -> Result<Isa, KernelError> {
         match std::env::var("BERTFLOW_INT8_KERNEL") {

@@ -8,17 +8,26 @@
 //! * Activations: per row, asymmetric u8 with a zero point, quantised once per layer
 //!   input ([`QuantInput`]; the fused Q/K/V product shares one). The code range
 //!   depends on the kernel ([`Isa::act_max`]): **8 bits** (0..=255) where products
-//!   accumulate in i32 without saturation (AVX512-VNNI `vpdpbusd`, portable), **7
-//!   bits** (0..=127) for AVX2, whose `vpmaddubsw` sums pairs of products in i16: at
-//!   most 2 * 127 * 127 = 32,258 < 32,767, so its saturation never triggers.
-//! * Micro-kernel: a tile of up to [`MR`] = 6 rows x 64 channels held in registers
-//!   (24 zmm accumulators for VNNI), over all of K.
+//!   accumulate in i32 without saturation (AVX512-VNNI and AVX-VNNI `vpdpbusd`,
+//!   portable), **7 bits** (0..=127) for AVX2, whose `vpmaddubsw` sums pairs of
+//!   products in i16: at most 2 * 127 * 127 = 32,258 < 32,767, so its saturation
+//!   never triggers.
+//! * Micro-kernels ([`Isa`], chosen at run time, `BERTFLOW_INT8_KERNEL` forces
+//!   one), each over all of K for a tile of up to [`MR`] = 6 rows:
+//!   AVX512-VNNI holds 6 rows x 64 channels in 24 zmm accumulators; AVX-VNNI
+//!   (256-bit `vpdpbusd`, 16 ymm registers) and AVX2 hold 6 (AVX2: 3) rows x one
+//!   16-channel panel and visit the block's 4 panels in turn; portable Rust.
+//!   The AVX-VNNI tile is generic over the instruction's encoding, so its EVEX
+//!   (AVX512-VNNI + VL) instantiation, [`QuantLinear::forward_quantized_avxvnni_evex`],
+//!   tests and times the same code on AVX-512 CPUs without AVX-VNNI.
 //! * Output stage (per tile, still in cache): dequantise, add the bias, optionally a
 //!   residual, then the activation. It is the same code for every kernel, so each
 //!   kernel gives bit for bit the result of [`reference_forward`] with its code range.
 use crate::act::Act;
 
 mod isa;
+#[cfg(target_arch = "x86_64")]
+mod vnni256;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 pub use isa::Isa;
@@ -45,7 +54,7 @@ pub enum KernelError {
         "int8 kernel '{0}' requested (BERTFLOW_INT8_KERNEL) but this CPU lacks it; available: {1}"
     )]
     Unavailable(&'static str, String),
-    #[error("BERTFLOW_INT8_KERNEL={0}: expected auto, scalar, avx2 or avx512vnni")]
+    #[error("BERTFLOW_INT8_KERNEL={0}: expected auto, scalar, avx2, avxvnni or avx512vnni")]
     BadName(String),
 }
 
@@ -279,31 +288,89 @@ impl QuantLinear {
         act: Act,
         out: &mut [f32],
     ) -> Result<(), KernelError> {
-        let (m, n) = (inp.m, self.n);
-        if inp.kp != self.kp
-            || inp.qmax != isa.act_max()
-            || out.len() != m * n
-            || residual.is_some_and(|r| r.len() != m * n)
-        {
-            return Err(KernelError::Shape(format!(
-                "input of {m} rows (padded width {}, codes to {}) and output of {} values \
-                 for a [{n}, {}] layer and kernel {}",
-                inp.kp,
-                inp.qmax,
-                out.len(),
-                self.k,
-                isa.name()
-            )));
-        }
+        self.check_io(isa.name(), isa.act_max(), inp, residual, out)?;
         isa.check()?;
         match isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `isa.check()` passed: AVX2 was detected at run time.
             Isa::Avx2 => unsafe { x86::drive_avx2(self, inp, residual, act, out) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa.check()` passed: AVX2, FMA and AVX-VNNI were detected at
+            // run time.
+            Isa::AvxVnni => unsafe { vnni256::drive_avxvnni(self, inp, residual, act, out) },
+            #[cfg(target_arch = "x86_64")]
             // SAFETY: `isa.check()` passed: AVX512F/BW/VNNI were detected at run time.
             Isa::Avx512Vnni => unsafe { x86::drive_vnni(self, inp, residual, act, out) },
             _ => drive(self, inp, residual, act, out, micro_scalar),
+        }
+        Ok(())
+    }
+
+    /// Whether the AVX-VNNI kernel's tile can run with EVEX `vpdpbusd` here
+    /// (AVX2, FMA, AVX512F, AVX512VL, AVX512-VNNI): see
+    /// [`QuantLinear::forward_quantized_avxvnni_evex`].
+    #[doc(hidden)]
+    pub fn avxvnni_evex_available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            has!("avx2") && has!("fma") && has!("avx512f") && has!("avx512vl") && has!("avx512vnni")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// As [`QuantLinear::forward_quantized`] with the [`Isa::AvxVnni`] kernel's
+    /// code (6 rows x one 16-channel panel, 256-bit registers) but the EVEX
+    /// encoding of `vpdpbusd` (AVX512-VNNI + AVX512VL), so that CPUs with AVX-512
+    /// but no AVX-VNNI test and time the AVX-VNNI tile; `inp` quantised for
+    /// [`Isa::AvxVnni`] (8-bit codes). For tests and `int8_speed`, not dispatch.
+    #[doc(hidden)]
+    pub fn forward_quantized_avxvnni_evex(
+        &self,
+        inp: &QuantInput,
+        residual: Option<&[f32]>,
+        act: Act,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        const NAME: &str = "avx512vnni-ymm";
+        self.check_io(NAME, Isa::AvxVnni.act_max(), inp, residual, out)?;
+        if !Self::avxvnni_evex_available() {
+            let names: Vec<_> = Isa::available_all().iter().map(|i| i.name()).collect();
+            return Err(KernelError::Unavailable(NAME, names.join(", ")));
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the features were detected just above; the shapes are checked.
+        unsafe {
+            vnni256::drive_avxvnni_evex(self, inp, residual, act, out)
+        };
+        Ok(())
+    }
+
+    /// An error unless `inp` (codes to `qmax`), `residual` and `out` fit this
+    /// layer for the kernel `name`.
+    fn check_io(
+        &self,
+        name: &str,
+        qmax: i32,
+        inp: &QuantInput,
+        residual: Option<&[f32]>,
+        out: &[f32],
+    ) -> Result<(), KernelError> {
+        let (m, n) = (inp.m, self.n);
+        if inp.kp != self.kp
+            || inp.qmax != qmax
+            || out.len() != m * n
+            || residual.is_some_and(|r| r.len() != m * n)
+        {
+            return Err(KernelError::Shape(format!(
+                "input of {m} rows (padded width {}, codes to {}) and output of {} values \
+                 for a [{n}, {}] layer and kernel {name}",
+                inp.kp,
+                inp.qmax,
+                out.len(),
+                self.k,
+            )));
         }
         Ok(())
     }

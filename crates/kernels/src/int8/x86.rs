@@ -1,4 +1,5 @@
-//! x86-64 micro-kernels (AVX2, AVX512-VNNI) and their target-feature drivers.
+//! x86-64 micro-kernels (AVX2, AVX512-VNNI) and their target-feature drivers; the
+//! AVX-VNNI (256-bit) kernel is in `vnni256.rs`.
 //!
 //! Each driver is [`super::drive`] compiled with the kernel's features, so the
 //! output stage and the micro-kernel calls inline and vectorise for that CPU.
