@@ -3,6 +3,7 @@
 //! against a `gemm` call on the transposed weights (the fp32 pass before it), beside
 //! this core's fp32 FMA peak measured by a register-only loop; best of 5 runs each:
 //! `nice cargo run --release -p bertflow-kernels --example fp32_speed`.
+use bertflow_kernels::fp32::Path;
 use bertflow_kernels::{Act, PackedLinear};
 use std::time::Instant;
 
@@ -109,19 +110,30 @@ fn main() {
                 )
             }
         });
-        let mut packed = |act| {
+        let mut packed = |path, act| {
             best_secs(reps, || {
-                lin.forward(&x, m, None, act, &mut out).expect("shapes");
+                lin.forward_with(path, &x, m, None, act, &mut out)
+                    .expect("shapes");
             })
         };
-        let (packed_s, gelu_s) = (packed(Act::None), packed(Act::GeluErf));
+        let best = lin.path();
+        let (packed_s, gelu_s) = (packed(best, Act::None), packed(best, Act::GeluErf));
+        // The AVX2 kernel too where it is not the one chosen.
+        let avx2 = (best != Path::Avx2 && Path::Avx2.available())
+            .then(|| packed(Path::Avx2, Act::None))
+            .map_or(String::new(), |s| {
+                format!(
+                    " | packed (avx2) {:6.1}",
+                    2.0 * (m * k * n) as f64 / s / 1e9
+                )
+            });
         let gf = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
         println!(
             "m={m} k={k:4} n={n:4}: gemm {:6.1} GFLOP/s ({:6.3} ms) | packed ({}) {:6.1} \
-             ({:6.3} ms) | packed+GELU {:6.1} ({:6.3} ms)",
+             ({:6.3} ms) | packed+GELU {:6.1} ({:6.3} ms){avx2}",
             gf(gemm_s),
             gemm_s * 1e3,
-            lin.path().name(),
+            best.name(),
             gf(packed_s),
             packed_s * 1e3,
             gf(gelu_s),
