@@ -151,6 +151,7 @@ fn bad_shapes_are_errors() {
     assert!(PackedLinear::new(&w, &b[..4], n, k).is_err());
     assert!(PackedLinear::new(&[], &[], 0, 0).is_err());
     assert!(PackedLinear::new(&w[..0], &b, n, 0).is_err());
+    assert!(PackedLinear::new(&w, &b, n, usize::MAX / 2).is_err());
     let lin = PackedLinear::new(&w, &b, n, k).unwrap();
     let x = values(2 * k, 3, 1.0);
     let res = values(2 * n, 4, 1.0);
@@ -165,6 +166,7 @@ fn bad_shapes_are_errors() {
         assert!(f(&x, 2, Some(&res[..9]), &mut out).is_err());
         assert!(f(&x, 2, Some(&res), &mut out).is_ok());
         assert!(f(&x[..0], 0, None, &mut out[..0]).is_ok());
+        assert!(f(&x, usize::MAX / 2, None, &mut out).is_err());
     }
     for path in Path::ALL {
         let r = lin.forward_with(path, &x, 2, None, Act::None, &mut out);

@@ -132,7 +132,7 @@ impl PackedLinear {
     /// From the PyTorch layout: `w` row-major `[n, k]` (out, in), `bias` of length
     /// `n`; the kernel is the best this CPU has.
     pub fn new(w: &[f32], bias: &[f32], n: usize, k: usize) -> Result<Self, Fp32Error> {
-        if n == 0 || k == 0 || w.len() != n * k || bias.len() != n {
+        if n == 0 || k == 0 || n.checked_mul(k) != Some(w.len()) || bias.len() != n {
             return Err(Fp32Error::Shape(format!(
                 "weights of length {} and bias of length {} do not make a [{n}, {k}] layer",
                 w.len(),
@@ -220,7 +220,11 @@ impl PackedLinear {
         out: &mut [f32],
     ) -> Result<(), Fp32Error> {
         let (n, k) = (self.n, self.k);
-        if x.len() != m * k || out.len() != m * n || residual.is_some_and(|r| r.len() != m * n) {
+        let mn = m.checked_mul(n);
+        if m.checked_mul(k) != Some(x.len())
+            || mn != Some(out.len())
+            || residual.is_some_and(|r| Some(r.len()) != mn)
+        {
             return Err(Fp32Error::Shape(format!(
                 "{} inputs, {} outputs and {} residual values for {m} rows of a [{n}, {k}] layer",
                 x.len(),
