@@ -18,7 +18,7 @@
 //! sentences x hidden: masked means over every token, special tokens
 //! included, of state N, of the mean of 1 and N, of 0; the first token of N)
 //! and `done.npy` (all true). Sentences are sorted by length and run in padded
-//! batches of 32 at fp32 (gemm threads: `RAYON_NUM_THREADS`).
+//! batches of 32 at fp32 on one thread.
 use bertflow_encoder::engine::Workspace;
 use bertflow_encoder::Encoder;
 use std::io::Write;

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 pub struct EncodeOptions {
     /// Sentences per forward pass (after sorting by length).
     pub batch_size: usize,
-    /// Worker threads, each running whole batches. For best throughput give each
-    /// worker one intra-op thread (the CLI sets `RAYON_NUM_THREADS=1`).
+    /// Worker threads, each running whole batches (every product of a batch on
+    /// its worker's thread).
     pub threads: usize,
 }
 

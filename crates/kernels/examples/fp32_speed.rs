@@ -1,6 +1,10 @@
-//! fp32 matrix products on encoder shapes through `gemm` (as the fp32 forward pass
-//! calls it), against this core's fp32 FMA peak measured by a register-only loop:
-//! `cargo run --release -p bertflow-kernels --example fp32_speed`.
+//! fp32 matrix products on encoder shapes (MiniLM's, 448 token rows) on one thread:
+//! bertflow's packed layer ([`PackedLinear`], with and without its fused GELU)
+//! against a `gemm` call on the transposed weights (the fp32 pass before it), beside
+//! this core's fp32 FMA peak measured by a register-only loop; best of 5 runs each:
+//! `nice cargo run --release -p bertflow-kernels --example fp32_speed`.
+use bertflow_kernels::fp32::Path;
+use bertflow_kernels::{Act, PackedLinear};
 use std::time::Instant;
 
 /// GFLOP/s of 12 independent 8-wide FMA chains (the AVX2 + FMA peak of one core).
@@ -42,21 +46,45 @@ fn fma_peak() -> Option<f64> {
     None
 }
 
+/// Seconds per call of `f`, the best of 5 runs of `reps` calls (after one warm-up).
+fn best_secs(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            t.elapsed().as_secs_f64() / reps as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 fn main() {
     if let Some(p) = fma_peak() {
         println!("fp32 FMA peak (register-only loop): {p:6.1} GFLOP/s");
     }
     let m = 448;
     for (k, n) in [(384, 1152), (384, 384), (384, 1536), (1536, 384)] {
+        // PyTorch's layout [n, k] for the packed layer, transposed [k, n] for gemm.
         let w: Vec<f32> = (0..k * n)
             .map(|i| ((i * 7919) % 255) as f32 / 255.0 - 0.5)
             .collect();
+        let mut w_t = vec![0f32; k * n];
+        for (o, row) in w.chunks_exact(k).enumerate() {
+            for (i, &v) in row.iter().enumerate() {
+                w_t[i * n + o] = v;
+            }
+        }
+        let b: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.01).collect();
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 104_729) % 1000) as f32 / 500.0 - 1.0)
             .collect();
+        let lin = PackedLinear::new(&w, &b, n, k).expect("layer shape");
         let mut out = vec![0f32; m * n];
-        let run = |out: &mut Vec<f32>| {
-            // SAFETY: x is m x k, w is k x n and out is m x n, all row-major and
+        let reps = 20;
+        let gemm_s = best_secs(reps, || {
+            // SAFETY: x is m x k, w_t is k x n and out is m x n, all row-major and
             // distinct, so every index gemm forms is in bounds and nothing aliases.
             unsafe {
                 gemm::gemm(
@@ -70,7 +98,7 @@ fn main() {
                     x.as_ptr(),
                     1,
                     k as isize,
-                    w.as_ptr(),
+                    w_t.as_ptr(),
                     1,
                     n as isize,
                     0.0,
@@ -81,18 +109,35 @@ fn main() {
                     gemm::Parallelism::None,
                 )
             }
+        });
+        let mut packed = |path, act| {
+            best_secs(reps, || {
+                lin.forward_with(path, &x, m, None, act, &mut out)
+                    .expect("shapes");
+            })
         };
-        run(&mut out);
-        let reps = 20;
-        let t = Instant::now();
-        for _ in 0..reps {
-            run(&mut out);
-        }
-        let s = t.elapsed().as_secs_f64() / reps as f64;
+        let best = lin.path();
+        let (packed_s, gelu_s) = (packed(best, Act::None), packed(best, Act::GeluErf));
+        // The AVX2 kernel too where it is not the one chosen.
+        let avx2 = (best != Path::Avx2 && Path::Avx2.available())
+            .then(|| packed(Path::Avx2, Act::None))
+            .map_or(String::new(), |s| {
+                format!(
+                    " | packed (avx2) {:6.1}",
+                    2.0 * (m * k * n) as f64 / s / 1e9
+                )
+            });
+        let gf = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
         println!(
-            "m={m} k={k} n={n}: {:8.3} ms  {:6.1} GFLOP/s",
-            s * 1e3,
-            2.0 * (m * k * n) as f64 / s / 1e9
+            "m={m} k={k:4} n={n:4}: gemm {:6.1} GFLOP/s ({:6.3} ms) | packed ({}) {:6.1} \
+             ({:6.3} ms) | packed+GELU {:6.1} ({:6.3} ms){avx2}",
+            gf(gemm_s),
+            gemm_s * 1e3,
+            best.name(),
+            gf(packed_s),
+            packed_s * 1e3,
+            gf(gelu_s),
+            gelu_s * 1e3
         );
     }
 }

@@ -6,6 +6,9 @@
 //!   integer products by a register-blocked AVX512-VNNI, AVX-VNNI (256-bit), AVX2 or
 //!   portable kernel, chosen at run time ([`Isa`]). Each kernel is bit-exact against
 //!   its scalar model.
+//! - [`fp32`]: `y = act(x W^T + b [+ residual])` in fp32 with the weights packed
+//!   once at load into 64-channel blocks, by a register-blocked AVX-512, AVX2 or
+//!   portable micro-kernel chosen at run time, bias, residual and activation fused.
 //! - [`act`]: the vectorisable exact-erf GELU shared with the fp32 path.
 //! - [`norm`]: fp32 row epilogues: bias + activation, bias + residual + LayerNorm.
 //! - [`attention`]: self-attention read in place from the fused QKV product, with
@@ -14,12 +17,14 @@
 //!   rows, and the gated activation (GeGLU) of gated feed-forward layers.
 pub mod act;
 pub mod attention;
+pub mod fp32;
 pub mod int8;
 pub mod norm;
 pub mod rope;
 
 pub use act::{gelu_erf, gelu_erf_inplace, Act};
 pub use attention::{attention, AttnOpts, AttnShape};
+pub use fp32::{Fp32Error, PackedLinear};
 pub use int8::{Isa, KernelError, QuantInput, QuantLinear};
 pub use norm::{bias_act, bias_residual_layer_norm, layer_norm, ShapeError};
 pub use rope::{gated_act, rope_qk, RopeTable};

@@ -297,10 +297,6 @@ fn norm_in_place(x: &mut [f32], ln: &LayerNorm) -> Result<()> {
     layer_norm(x, &ln.w, &ln.b, ln.eps).map_err(kernel_err)
 }
 
-fn add_in_place(y: &mut [f32], x: &[f32]) {
-    y.iter_mut().zip(x).for_each(|(y, &x)| *y += x);
-}
-
 impl Block for ModernBertBlock {
     fn forward_host(
         &self,
@@ -317,7 +313,7 @@ impl Block for ModernBertBlock {
             scores,
             qin,
         } = scratch;
-        let (par, shape) = (pass.par, pass.shape);
+        let shape = pass.shape;
         // Attention on attn_norm(x) (x itself on layer 0).
         let attn_in: &[f32] = match &self.attn_norm {
             Some(ln) => {
@@ -328,8 +324,7 @@ impl Block for ModernBertBlock {
             }
             None => x,
         };
-        self.qkv
-            .forward_act_host(attn_in, Act::None, qkv, par, qin)?;
+        self.qkv.forward_act_host(attn_in, Act::None, qkv, qin)?;
         rope_qk(qkv, shape.batch, shape.seq, shape.heads, &self.rope).map_err(kernel_err)?;
         ctx.resize(x.len(), 0.0);
         let opts = AttnOpts {
@@ -338,19 +333,16 @@ impl Block for ModernBertBlock {
         };
         attention(qkv, pass.lens, shape, opts, ctx, scores).map_err(kernel_err)?;
         // h1 = x + Wo ctx
-        self.attn_out
-            .forward_act_host(ctx, Act::None, h1, par, qin)?;
-        add_in_place(h1, x);
+        self.attn_out.forward_residual_host(ctx, x, h1, qin)?;
         // ctx = mlp_norm(h1); inter = Wi ctx; qkv = act(input) * gate
         ctx.copy_from_slice(h1);
         norm_in_place(ctx, &self.mlp_norm)?;
-        self.wi.forward_act_host(ctx, Act::None, inter, par, qin)?;
+        self.wi.forward_act_host(ctx, Act::None, inter, qin)?;
         let n = self.wo.d_in;
         qkv.resize(inter.len() / 2, 0.0);
         gated_act(inter, n, self.act, qkv).map_err(kernel_err)?;
         // out = h1 + Wo qkv, then the final norm on the last layer
-        self.wo.forward_act_host(qkv, Act::None, out, par, qin)?;
-        add_in_place(out, h1);
+        self.wo.forward_residual_host(qkv, h1, out, qin)?;
         if let Some(ln) = &self.final_norm {
             norm_in_place(out, ln)?;
         }

@@ -1,21 +1,19 @@
 //! The CPU forward pass (fp32 and int8) without per-operation allocation.
 //!
 //! All activations live in a [`Workspace`] of buffers sized per batch and reused
-//! across layers and batches (keep one per worker thread). fp32 matrix products
-//! call `gemm` directly on the host weights; int8 products run bertflow-kernels'
-//! [`QuantLinear`] on the layer input quantised once into the workspace, with
-//! bias, residual and activation in its output stage. Everything else is shared
-//! by both precisions: bias epilogues, bias + residual + LayerNorm in one pass,
-//! and attention read in place from the fused QKV product (with the
+//! across layers and batches (keep one per worker thread). Linear products run
+//! bertflow-kernels' layers on one thread, bias, residual and activation in
+//! their output stage: fp32 by [`bertflow_kernels::PackedLinear`] (weights packed
+//! at load), int8 by [`QuantLinear`] on the layer input quantised once into the
+//! workspace. Everything else is shared by both precisions: LayerNorm after the
+//! residual, and attention read in place from the fused QKV product (with the
 //! architecture's score bias), its context written straight into the token rows.
 use super::{Embeddings, LayerNorm, Linear, Model, Positions, PostNormBlock};
 use crate::config::HiddenAct;
 use crate::error::{EncoderError, Result};
 use bertflow_kernels::{
-    attention, bias_act, bias_residual_layer_norm, layer_norm, Act, AttnOpts, AttnShape, Isa,
-    QuantInput, QuantLinear, ShapeError,
+    attention, layer_norm, Act, AttnOpts, AttnShape, Isa, QuantInput, QuantLinear, ShapeError,
 };
-use gemm::Parallelism;
 
 /// Scratch buffers of the blocks, reused by every layer and batch.
 #[derive(Default)]
@@ -70,76 +68,34 @@ pub(crate) struct Pass<'a> {
     pub(crate) shape: AttnShape,
     /// The `[heads, seq, seq]` score bias, where the architecture has one.
     pub(crate) bias: Option<&'a [f32]>,
-    pub(crate) par: Parallelism,
 }
 
 pub(crate) fn kernel_err(e: ShapeError) -> EncoderError {
     EncoderError::Unsupported(format!("forward pass: {e}"))
 }
 
-/// gemm's threading: candle's (`RAYON_NUM_THREADS`, else the cores).
-fn parallelism() -> Parallelism {
-    match candle_core::utils::get_num_threads() {
-        0 | 1 => Parallelism::None,
-        n => Parallelism::Rayon(n),
-    }
-}
-
-/// `out` [m, n] = `x` [m, k] · `w_t` [k, n], all row-major.
-fn matmul(
-    x: &[f32],
-    k: usize,
-    w_t: &[f32],
-    n: usize,
-    out: &mut [f32],
-    par: Parallelism,
-) -> Result<()> {
-    let m = x.len() / k.max(1);
-    if k == 0 || x.len() != m * k || w_t.len() != k * n || out.len() != m * n {
-        return Err(EncoderError::Unsupported(format!(
-            "forward pass: matmul of {} values by [{k}, {n}] into {}",
-            x.len(),
-            out.len()
-        )));
-    }
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    // SAFETY: `x` holds m rows of k values (row stride k, column stride 1), `w_t`
-    // k rows of n, `out` m rows of n (all lengths checked above), so every index
-    // gemm forms is in bounds; `out` is a unique borrow, so it aliases neither
-    // input. read_dst is false: `out` is only written (dst = 0 * dst + 1 * x w_t).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            x.as_ptr(),
-            1,
-            k as isize,
-            w_t.as_ptr(),
-            1,
-            n as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        );
-    }
-    Ok(())
-}
-
 impl Linear {
-    /// `out` = `x` W^T (bias not added), on the host.
-    fn matmul_host(&self, x: &[f32], out: &mut Vec<f32>, par: Parallelism) -> Result<()> {
-        out.resize(x.len() / self.d_in * self.d_out, 0.0);
-        matmul(x, self.d_in, &self.w_t, self.d_out, out, par)
+    /// `out` = act(`x` W^T + b [+ residual]) in fp32 (one pass: bias, residual
+    /// and activation in the packed product's output stage).
+    fn fp32_host(
+        &self,
+        x: &[f32],
+        residual: Option<&[f32]>,
+        act: Act,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (k, n) = (self.d_in, self.d_out);
+        if !x.len().is_multiple_of(k) {
+            return Err(EncoderError::Unsupported(format!(
+                "forward pass: {} values are not rows of {k}",
+                x.len()
+            )));
+        }
+        let m = x.len() / k;
+        out.resize(m * n, 0.0);
+        self.fp
+            .forward(x, m, residual, act, out)
+            .map_err(|e| EncoderError::Unsupported(format!("forward pass: {e}")))
     }
 
     /// `out` = act(`x` W^T + b [+ residual]) by the int8 layer `lin`, `x` quantised
@@ -166,14 +122,26 @@ impl Linear {
         x: &[f32],
         act: Act,
         out: &mut Vec<f32>,
-        par: Parallelism,
         qin: &mut QuantInput,
     ) -> Result<()> {
         if let Some((lin, isa)) = &self.q {
             return Self::int8_host(lin, *isa, x, None, act, qin, out);
         }
-        self.matmul_host(x, out, par)?;
-        bias_act(out, &self.b, act).map_err(kernel_err)
+        self.fp32_host(x, None, act, out)
+    }
+
+    /// `out` = `x` W^T + b + `residual`, on the host.
+    pub(crate) fn forward_residual_host(
+        &self,
+        x: &[f32],
+        residual: &[f32],
+        out: &mut Vec<f32>,
+        qin: &mut QuantInput,
+    ) -> Result<()> {
+        if let Some((lin, isa)) = &self.q {
+            return Self::int8_host(lin, *isa, x, Some(residual), Act::None, qin, out);
+        }
+        self.fp32_host(x, Some(residual), Act::None, out)
     }
 
     /// `out` = LayerNorm(`x` W^T + b + `residual`), on the host.
@@ -183,15 +151,10 @@ impl Linear {
         residual: &[f32],
         ln: &LayerNorm,
         out: &mut Vec<f32>,
-        par: Parallelism,
         qin: &mut QuantInput,
     ) -> Result<()> {
-        if let Some((lin, isa)) = &self.q {
-            Self::int8_host(lin, *isa, x, Some(residual), Act::None, qin, out)?;
-            return layer_norm(out, &ln.w, &ln.b, ln.eps).map_err(kernel_err);
-        }
-        self.matmul_host(x, out, par)?;
-        bias_residual_layer_norm(out, &self.b, residual, &ln.w, &ln.b, ln.eps).map_err(kernel_err)
+        self.forward_residual_host(x, residual, out, qin)?;
+        layer_norm(out, &ln.w, &ln.b, ln.eps).map_err(kernel_err)
     }
 }
 
@@ -204,8 +167,7 @@ pub(super) fn linear_tanh(lin: &Linear, x: &[f32], out: &mut Vec<f32>) -> Result
             lin.d_in
         )));
     }
-    lin.matmul_host(x, out, Parallelism::None)?;
-    bias_act(out, &lin.b, Act::None).map_err(kernel_err)?;
+    lin.fp32_host(x, None, Act::None, out)?;
     out.iter_mut().for_each(|v| *v = v.tanh());
     Ok(())
 }
@@ -234,8 +196,7 @@ impl super::Block for PostNormBlock {
             scores,
             qin,
         } = scratch;
-        let par = pass.par;
-        self.qkv.forward_act_host(x, Act::None, qkv, par, qin)?;
+        self.qkv.forward_act_host(x, Act::None, qkv, qin)?;
         ctx.resize(x.len(), 0.0);
         let opts = AttnOpts {
             bias: pass.bias,
@@ -243,19 +204,19 @@ impl super::Block for PostNormBlock {
         };
         attention(qkv, pass.lens, pass.shape, opts, ctx, scores).map_err(kernel_err)?;
         self.attn_out
-            .forward_residual_ln_host(ctx, x, &self.attn_ln, h1, par, qin)?;
+            .forward_residual_ln_host(ctx, x, &self.attn_ln, h1, qin)?;
         let inter_act = match self.act {
             HiddenAct::Gelu => Act::GeluErf,
             HiddenAct::Relu => Act::Relu,
             HiddenAct::GeluApprox => Act::None,
         };
         self.intermediate
-            .forward_act_host(h1, inter_act, inter, par, qin)?;
+            .forward_act_host(h1, inter_act, inter, qin)?;
         if matches!(self.act, HiddenAct::GeluApprox) {
             gelu_tanh(inter);
         }
         self.output
-            .forward_residual_ln_host(inter, h1, &self.out_ln, out, par, qin)
+            .forward_residual_ln_host(inter, h1, &self.out_ln, out, qin)
     }
 
     fn quantize(&mut self, isa: Isa) -> Result<()> {
@@ -342,7 +303,6 @@ pub(super) fn forward(
             head_dim: cfg.head_dim(),
         },
         bias: model.bias.as_ref().map(|_| bias.as_slice()),
-        par: parallelism(),
     };
     for (l, block) in model.blocks.iter().take(upto).enumerate() {
         let (done, rest) = states.split_at_mut(l + 1);

@@ -11,18 +11,18 @@ use crate::config::{HiddenAct, ModelConfig};
 use crate::error::{EncoderError, Result};
 use crate::precision::Precision;
 use crate::weights::Weights;
-use bertflow_kernels::{Isa, QuantLinear};
+use bertflow_kernels::{Isa, PackedLinear, QuantLinear};
 
 mod host;
 pub use host::Workspace;
 pub(crate) use host::{Pass, Scratch};
 
-/// y = x W^T + b, with W^T stored row-major `[d_in, d_out]` for the product.
+/// y = x W^T + b: the fp32 weights packed once for bertflow-kernels'
+/// [`PackedLinear`] (which adds the bias in its output stage).
 pub(crate) struct Linear {
-    pub(crate) w_t: Vec<f32>,
+    pub(crate) fp: PackedLinear,
     pub(crate) d_in: usize,
     pub(crate) d_out: usize,
-    pub(crate) b: Vec<f32>,
     /// The int8 form and its kernel, with `--precision int8`.
     pub(crate) q: Option<(QuantLinear, Isa)>,
 }
@@ -44,17 +44,12 @@ impl Linear {
                 b.len()
             )));
         }
-        let mut w_t = vec![0f32; d_in * d_out];
-        for (o, row) in weight.chunks_exact(d_in).enumerate() {
-            for (i, &x) in row.iter().enumerate() {
-                w_t[i * d_out + o] = x;
-            }
-        }
+        let fp = PackedLinear::new(weight, &b, d_out, d_in)
+            .map_err(|e| EncoderError::Weights(e.to_string()))?;
         Ok(Self {
-            w_t,
+            fp,
             d_in,
             d_out,
-            b,
             q: None,
         })
     }
@@ -91,13 +86,8 @@ impl Linear {
     /// Switch the products to int8 (weights quantised per output channel now).
     pub(crate) fn quantize(&mut self, isa: Isa) -> Result<()> {
         let (k, n) = (self.d_in, self.d_out);
-        let mut w = vec![0f32; n * k];
-        for (i, row) in self.w_t.chunks_exact(n).enumerate() {
-            for (o, &x) in row.iter().enumerate() {
-                w[o * k + i] = x;
-            }
-        }
-        self.q = Some((QuantLinear::new(&w, &self.b, n, k)?, isa));
+        let w = self.fp.weights();
+        self.q = Some((QuantLinear::new(&w, self.fp.bias(), n, k)?, isa));
         Ok(())
     }
 }
