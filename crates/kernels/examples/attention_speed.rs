@@ -22,7 +22,15 @@ fn main() {
             let mut ctx = vec![0f32; batch * seq * h];
             let mut scratch = Vec::new();
             let mut run = || {
-                attention(&qkv, &lens, shape, AttnOpts::default(), &mut ctx, &mut scratch).unwrap()
+                attention(
+                    &qkv,
+                    &lens,
+                    shape,
+                    AttnOpts::default(),
+                    &mut ctx,
+                    &mut scratch,
+                )
+                .unwrap()
             };
             run();
             let reps = (20_000 / seq).max(20);

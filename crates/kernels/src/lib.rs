@@ -22,7 +22,7 @@ pub mod int8;
 pub mod norm;
 pub mod rope;
 
-pub use act::{gelu_erf, gelu_erf_inplace, Act};
+pub use act::{gelu_erf, gelu_erf_inplace, gelu_poly, Act};
 pub use attention::{attention, AttnOpts, AttnShape};
 pub use fp32::{Fp32Error, PackedLinear};
 pub use int8::{Isa, KernelError, QuantInput, QuantLinear};

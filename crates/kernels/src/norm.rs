@@ -213,6 +213,7 @@ simd_fn! {
                 Act::None => {}
                 Act::Relu => row.iter_mut().for_each(|x| *x = x.max(0.0)),
                 Act::GeluErf => crate::act::gelu_erf_slice(row),
+                Act::GeluPoly => row.iter_mut().for_each(|x| *x = crate::act::gelu_poly(*x)),
             }
         }
     }

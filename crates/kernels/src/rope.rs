@@ -178,6 +178,11 @@ simd_fn! {
                         *y = gelu_erf(a) * g;
                     }
                 }
+                Act::GeluPoly => {
+                    for ((y, &a), &g) in o.iter_mut().zip(input).zip(gate) {
+                        *y = crate::act::gelu_poly(a) * g;
+                    }
+                }
             }
         }
     }

@@ -47,6 +47,7 @@ fn reference(
                 Act::None => s,
                 Act::Relu => s.max(0.0),
                 Act::GeluErf => 0.5 * s * (1.0 + erf(s / std::f64::consts::SQRT_2)),
+                Act::GeluPoly => bertflow_kernels::gelu_poly(s as f32) as f64,
             };
             mag[r * n + c] = a;
         }

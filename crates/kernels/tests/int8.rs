@@ -80,7 +80,7 @@ fn every_available_kernel_matches_the_reference_bit_for_bit() {
     {
         let lin = QuantLinear::new(&w, &b, n, k).unwrap();
         let (q, s) = quantize_weights(&w, n, k);
-        for act in [Act::None, Act::GeluErf, Act::Relu] {
+        for act in [Act::None, Act::GeluErf, Act::GeluPoly, Act::Relu] {
             for residual in [None, Some(res.as_slice())] {
                 for &isa in &paths {
                     let want =
@@ -129,7 +129,7 @@ fn the_avxvnni_tile_with_evex_vpdpbusd_matches_the_reference_bit_for_bit() {
         let lin = QuantLinear::new(&c.w, &c.b, n, k).unwrap();
         let (q, s) = quantize_weights(&c.w, n, k);
         inp.quantize(Isa::AvxVnni, &c.x, m, k).unwrap();
-        for act in [Act::None, Act::GeluErf, Act::Relu] {
+        for act in [Act::None, Act::GeluErf, Act::GeluPoly, Act::Relu] {
             for residual in [None, Some(c.res.as_slice())] {
                 let want = reference_forward(QMAX_8BIT, &q, &s, &c.b, n, k, &c.x, m, residual, act);
                 let mut got = vec![f32::NAN; m * n];

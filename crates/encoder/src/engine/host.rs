@@ -113,6 +113,12 @@ impl Linear {
         let m = x.len() / k;
         qin.quantize(isa, x, m, k)?;
         out.resize(m * n, 0.0);
+        // GELU by the polynomial: this output is quantised to 8 bits as the next
+        // product's input, far coarser than the polynomial's 6e-5.
+        let act = match act {
+            Act::GeluErf => Act::GeluPoly,
+            a => a,
+        };
         Ok(lin.forward_quantized(isa, qin, residual, act, out)?)
     }
 

@@ -294,6 +294,7 @@ fn drive(
                     Act::None => {}
                     Act::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
                     Act::GeluErf => v.iter_mut().for_each(|x| *x = crate::act::gelu_erf(*x)),
+                    Act::GeluPoly => v.iter_mut().for_each(|x| *x = crate::act::gelu_poly(*x)),
                 }
             }
         }

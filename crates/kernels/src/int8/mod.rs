@@ -411,6 +411,7 @@ impl QuantLinear {
                 Act::None => {}
                 Act::Relu => o.iter_mut().for_each(|x| *x = x.max(0.0)),
                 Act::GeluErf => o.iter_mut().for_each(|x| *x = crate::act::gelu_erf(*x)),
+                Act::GeluPoly => o.iter_mut().for_each(|x| *x = crate::act::gelu_poly(*x)),
             }
         }
     }
