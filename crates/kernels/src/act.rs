@@ -105,7 +105,7 @@ pub fn gelu_poly(x: f32) -> f32 {
         4.798_979_3,
         -0.801_605_3,
     ];
-    let c = x.max(-L).min(L);
+    let c = x.clamp(-L, L);
     let t = (c * c) * INV_L2;
     let q = Q[..9].iter().rev().fold(Q[9], |q, &k| q.mul_add(t, k));
     x * c.mul_add(q, 0.5)
