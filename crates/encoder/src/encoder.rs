@@ -100,9 +100,9 @@ impl Encoder {
         let weights = Weights::load(&files.weights, config.architecture)?;
         let model = Model::load(&weights, config, precision)?;
         let files_fingerprint = fingerprint(&files)?;
-        let fingerprint = match precision {
-            Precision::Fp32 => files_fingerprint.clone(),
-            p => format!("{files_fingerprint}-{p}"),
+        let fingerprint = match model.numerics() {
+            None => files_fingerprint.clone(),
+            Some(n) => format!("{files_fingerprint}-{n}"),
         };
         Ok(Self {
             files,
@@ -138,10 +138,11 @@ impl Encoder {
     pub fn num_layers(&self) -> usize {
         self.model.num_layers()
     }
-    /// A short hash of the model's files and, unless fp32, the precision (`-int8`):
-    /// equal fingerprints give equal vectors, so cache keys built from it keep
-    /// fp32 and int8 vectors apart (the fp32 fingerprint is the files' hash alone,
-    /// as before precisions existed).
+    /// A short hash of the model's files and, unless fp32, what decides the int8
+    /// numbers ([`Model::numerics`], e.g. `-int8-8bit-v2`): equal fingerprints give
+    /// equal vectors, so cache keys built from it keep fp32 and int8 vectors (and
+    /// int8 passes of different code widths or versions) apart (the fp32
+    /// fingerprint is the files' hash alone, as before precisions existed).
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }

@@ -219,6 +219,8 @@ pub struct Model {
     bias: Option<Box<dyn AttentionBias>>,
     pooler: Option<Linear>,
     precision: Precision,
+    /// The int8 kernel, with [`Precision::Int8`].
+    isa: Option<Isa>,
 }
 
 impl Model {
@@ -234,6 +236,7 @@ impl Model {
             bias: parts.bias,
             pooler: parts.pooler,
             precision: Precision::Fp32,
+            isa: None,
         };
         if precision == Precision::Int8 {
             model.quantize(Isa::selected()?)?;
@@ -247,7 +250,19 @@ impl Model {
             b.quantize(isa)?;
         }
         self.precision = Precision::Int8;
+        self.isa = Some(isa);
         Ok(())
+    }
+
+    /// What, beyond the model's files, decides the numbers this model computes:
+    /// `None` at fp32; at int8 the activation code width of its kernel (7 or 8
+    /// bits) and the version of the int8 pass (`v2`: GELU by polynomial), e.g.
+    /// `int8-8bit-v2`. Cache keys include it, so vectors from an older int8 pass
+    /// or another code width are never reused.
+    pub fn numerics(&self) -> Option<String> {
+        let isa = self.isa?;
+        let bits = if isa.act_max() > 127 { 8 } else { 7 };
+        Some(format!("int8-{bits}bit-v2"))
     }
 
     pub fn precision(&self) -> Precision {
