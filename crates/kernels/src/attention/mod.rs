@@ -100,7 +100,7 @@ pub fn attention(
     }
     let (dh, stride) = (shape.head_dim, 3 * h);
     let lp = len_pad(seq);
-    let need = dh * lp + QR * lp;
+    let need = (dh * lp + QR * lp).max(seq * lp);
     if scores.len() < need {
         scores.resize(need, 0.0);
     }
@@ -111,7 +111,12 @@ pub fn attention(
             let bias = opts
                 .bias
                 .map(|b| &b[head * seq * seq..(head + 1) * seq * seq]);
-            head_attention(
+            let run = if seq > LONG {
+                long::head_attention_gemm
+            } else {
+                head_attention
+            };
+            run(
                 sent,
                 Head {
                     stride,
@@ -132,6 +137,9 @@ pub fn attention(
     }
     Ok(())
 }
+
+/// Sentences longer than this (padded length) go through gemm ([`long`]).
+const LONG: usize = 64;
 
 /// Keys per score chunk (one 512-bit register of f32).
 const KC: usize = 16;
@@ -428,5 +436,6 @@ fn softmax_row(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, wind
     }
 }
 
+mod long;
 #[cfg(test)]
 mod tests;

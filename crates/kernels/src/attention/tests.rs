@@ -65,6 +65,9 @@ fn strided_attention_matches_reference_on_odd_shapes() {
         (2, 40, 2, 64, vec![40, 33]),
         (1, 21, 3, 48, vec![17]),
         (1, 18, 1, 83, vec![18]),
+        // past LONG: the gemm path, with padding and odd widths
+        (2, 70, 2, 32, vec![70, 41]),
+        (1, 67, 1, 19, vec![3]),
     ] {
         let s = AttnShape {
             batch,
