@@ -10,7 +10,7 @@
 //!   once at load into 64-channel blocks, by a register-blocked AVX-512, AVX2 or
 //!   portable micro-kernel chosen at run time, bias, residual and activation fused.
 //! - [`act`]: the vectorisable exact-erf GELU shared with the fp32 path.
-//! - [`norm`]: fp32 row epilogues: bias + activation, bias + residual + LayerNorm.
+//! - [`norm`]: LayerNorm over rows.
 //! - [`attention`]: self-attention read in place from the fused QKV product, with
 //!   an optional additive score bias and sliding window ([`AttnOpts`]).
 //! - [`rope`]: rotary position embeddings applied in place to the fused QKV
@@ -26,5 +26,5 @@ pub use act::{gelu_erf, gelu_erf_inplace, gelu_poly, Act};
 pub use attention::{attention, AttnOpts, AttnShape};
 pub use fp32::{Fp32Error, PackedLinear};
 pub use int8::{Isa, KernelError, QuantInput, QuantLinear};
-pub use norm::{bias_act, bias_residual_layer_norm, layer_norm, ShapeError};
+pub use norm::{layer_norm, ShapeError};
 pub use rope::{gated_act, rope_qk, RopeTable};

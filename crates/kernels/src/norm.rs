@@ -1,13 +1,12 @@
-//! Row-wise epilogues of the fp32 forward pass: bias + activation, bias +
-//! residual + LayerNorm in one pass, and LayerNorm alone.
+//! LayerNorm over rows (the forward pass's only row epilogue left outside the
+//! linear layers' output stages), and the helpers the kernels share: shape
+//! errors, lane sums and [`simd_fn`].
 //!
 //! Every function works on whole matrices (rows of `h` values, row-major) and
 //! picks its build once per call: an AVX-512 or AVX2 build where the CPU has it,
 //! else the baseline build. All builds compute the same bits (no fused
 //! multiply-adds: Rust never contracts `a * b + c`; sums go through [`LANES`]
 //! partial sums whatever the register width), so results never depend on the CPU.
-use crate::act::Act;
-
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{op}: {msg}")]
 pub struct ShapeError {
@@ -149,76 +148,6 @@ simd_fn! {
     }
 }
 
-/// `y = LayerNorm(y + bias + residual)` row by row, in one pass over each row
-/// (still in L1 between the add and the normalisation).
-pub fn bias_residual_layer_norm(
-    y: &mut [f32],
-    bias: &[f32],
-    residual: &[f32],
-    w: &[f32],
-    b: &[f32],
-    eps: f32,
-) -> Result<(), ShapeError> {
-    let h = w.len();
-    check_rows(
-        "bias-residual-layer-norm",
-        y.len(),
-        h,
-        &[bias.len(), b.len()],
-    )?;
-    if residual.len() != y.len() {
-        return Err(shape_err(
-            "bias-residual-layer-norm",
-            format!("residual has {} values, output {}", residual.len(), y.len()),
-        ));
-    }
-    bias_residual_ln_rows(y, bias, residual, w, b, eps);
-    Ok(())
-}
-
-simd_fn! {
-    fn bias_residual_ln_rows(
-        y: &mut [f32],
-        bias: &[f32],
-        residual: &[f32],
-        w: &[f32],
-        b: &[f32],
-        eps: f32,
-    ) {
-        let h = w.len();
-        for (row, res) in y.chunks_exact_mut(h).zip(residual.chunks_exact(h)) {
-            for ((x, &c), &r) in row.iter_mut().zip(bias).zip(res) {
-                *x += c + r;
-            }
-            layer_norm_row(row, w, b, eps);
-        }
-    }
-}
-
-/// Each row of `v` (rows of `bias.len()` values) `+= bias`, then `act`, row by row.
-pub fn bias_act(v: &mut [f32], bias: &[f32], act: Act) -> Result<(), ShapeError> {
-    let h = bias.len();
-    check_rows("bias-act", v.len(), h, &[])?;
-    bias_act_rows(v, bias, act);
-    Ok(())
-}
-
-simd_fn! {
-    fn bias_act_rows(v: &mut [f32], bias: &[f32], act: Act) {
-        for row in v.chunks_exact_mut(bias.len()) {
-            for (x, &c) in row.iter_mut().zip(bias) {
-                *x += c;
-            }
-            match act {
-                Act::None => {}
-                Act::Relu => row.iter_mut().for_each(|x| *x = x.max(0.0)),
-                Act::GeluErf => crate::act::gelu_erf_slice(row),
-                Act::GeluPoly => row.iter_mut().for_each(|x| *x = crate::act::gelu_poly(*x)),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,51 +208,9 @@ mod tests {
     }
 
     #[test]
-    fn fused_bias_residual_layer_norm_equals_the_steps() {
-        let (h, rows) = (11, 6);
-        let y0 = values(h * rows, 1, 2.0);
-        let res = values(h * rows, 2, 2.0);
-        let bias = values(h, 3, 1.0);
-        let (w, b) = (values(h, 4, 1.0), values(h, 5, 1.0));
-        let mut summed: Vec<f32> = y0
-            .iter()
-            .zip(&res)
-            .enumerate()
-            .map(|(i, (&y, &r))| y + (bias[i % h] + r))
-            .collect();
-        let want = ln_ref(&summed, &w, &b, 1e-5);
-        let mut y = y0.clone();
-        bias_residual_layer_norm(&mut y, &bias, &res, &w, &b, 1e-5).unwrap();
-        assert!(max_diff(&y, &want) < 1e-5);
-        layer_norm(&mut summed, &w, &b, 1e-5).unwrap();
-        assert_eq!(y, summed, "fused and two-step give the same bits");
-    }
-
-    #[test]
-    fn bias_act_adds_then_activates() {
-        let h = 5;
-        let mut v = values(h * 3, 9, 3.0);
-        let bias = values(h, 10, 1.0);
-        let want: Vec<f32> = v
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| crate::act::gelu_erf(x + bias[i % h]))
-            .collect();
-        let mut relu = v.clone();
-        bias_act(&mut v, &bias, Act::GeluErf).unwrap();
-        assert_eq!(v, want);
-        bias_act(&mut relu, &bias, Act::Relu).unwrap();
-        assert!(relu.iter().all(|&x| x >= 0.0));
-        assert!(relu.iter().any(|&x| x > 0.0));
-    }
-
-    #[test]
     fn bad_shapes_are_errors() {
         let (w, b) = (vec![1.0; 4], vec![0.0; 4]);
         assert!(layer_norm(&mut [0.0; 6], &w, &b, 1e-5).is_err());
         assert!(layer_norm(&mut [0.0; 8], &w, &b[..3], 1e-5).is_err());
-        assert!(bias_residual_layer_norm(&mut [0.0; 8], &b, &[0.0; 4], &w, &b, 1e-5).is_err());
-        assert!(bias_act(&mut [0.0; 3], &[], Act::None).is_err());
-        assert!(bias_act(&mut [0.0; 3], &b, Act::None).is_err());
     }
 }
