@@ -8,11 +8,12 @@
 //! workspace. Everything else is shared by both precisions: LayerNorm after the
 //! residual, and attention read in place from the fused QKV product (with the
 //! architecture's score bias), its context written straight into the token rows.
-use super::{Embeddings, LayerNorm, Linear, Model, Positions, PostNormBlock};
+use super::{Embeddings, LayerNorm, Linear, Model, Positions, PostNormBlock, Product};
 use crate::config::HiddenAct;
 use crate::error::{EncoderError, Result};
 use bertflow_kernels::{
-    attention, layer_norm, Act, AttnOpts, AttnShape, Isa, QuantInput, QuantLinear, ShapeError,
+    attention, layer_norm, Act, AttnOpts, AttnShape, Isa, PackedLinear, QuantInput, QuantLinear,
+    ShapeError,
 };
 
 /// Scratch buffers of the blocks, reused by every layer and batch.
@@ -78,13 +79,13 @@ impl Linear {
     /// `out` = act(`x` W^T + b [+ residual]) in fp32 (one pass: bias, residual
     /// and activation in the packed product's output stage).
     fn fp32_host(
-        &self,
+        fp: &PackedLinear,
         x: &[f32],
         residual: Option<&[f32]>,
         act: Act,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let (k, n) = (self.d_in, self.d_out);
+        let (k, n) = (fp.in_dim(), fp.out_dim());
         if !x.len().is_multiple_of(k) {
             return Err(EncoderError::Unsupported(format!(
                 "forward pass: {} values are not rows of {k}",
@@ -93,9 +94,24 @@ impl Linear {
         }
         let m = x.len() / k;
         out.resize(m * n, 0.0);
-        self.fp
-            .forward(x, m, residual, act, out)
+        fp.forward(x, m, residual, act, out)
             .map_err(|e| EncoderError::Unsupported(format!("forward pass: {e}")))
+    }
+
+    /// `out` = act(`x` W^T + b [+ residual]) in this layer's precision (int8:
+    /// `x` quantised into `qin`).
+    fn product_host(
+        &self,
+        x: &[f32],
+        residual: Option<&[f32]>,
+        act: Act,
+        qin: &mut QuantInput,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        match &self.product {
+            Product::Fp32(fp) => Self::fp32_host(fp, x, residual, act, out),
+            Product::Int8(lin, isa) => Self::int8_host(lin, *isa, x, residual, act, qin, out),
+        }
     }
 
     /// `out` = act(`x` W^T + b [+ residual]) by the int8 layer `lin`, `x` quantised
@@ -130,10 +146,7 @@ impl Linear {
         out: &mut Vec<f32>,
         qin: &mut QuantInput,
     ) -> Result<()> {
-        if let Some((lin, isa)) = &self.q {
-            return Self::int8_host(lin, *isa, x, None, act, qin, out);
-        }
-        self.fp32_host(x, None, act, out)
+        self.product_host(x, None, act, qin, out)
     }
 
     /// `out` = `x` W^T + b + `residual`, on the host.
@@ -144,10 +157,7 @@ impl Linear {
         out: &mut Vec<f32>,
         qin: &mut QuantInput,
     ) -> Result<()> {
-        if let Some((lin, isa)) = &self.q {
-            return Self::int8_host(lin, *isa, x, Some(residual), Act::None, qin, out);
-        }
-        self.fp32_host(x, Some(residual), Act::None, out)
+        self.product_host(x, Some(residual), Act::None, qin, out)
     }
 
     /// `out` = LayerNorm(`x` W^T + b + `residual`), on the host.
@@ -173,7 +183,9 @@ pub(super) fn linear_tanh(lin: &Linear, x: &[f32], out: &mut Vec<f32>) -> Result
             lin.d_in
         )));
     }
-    lin.fp32_host(x, None, Act::None, out)?;
+    // The pooler stays fp32 (only the blocks are quantised): the empty
+    // QuantInput is never filled.
+    lin.product_host(x, None, Act::None, &mut QuantInput::new(), out)?;
     out.iter_mut().for_each(|v| *v = v.tanh());
     Ok(())
 }

@@ -17,14 +17,19 @@ mod host;
 pub use host::Workspace;
 pub(crate) use host::{Pass, Scratch};
 
-/// y = x W^T + b: the fp32 weights packed once for bertflow-kernels'
-/// [`PackedLinear`] (which adds the bias in its output stage).
+/// y = x W^T + b by one of bertflow-kernels' layers (bias in its output stage).
 pub(crate) struct Linear {
-    pub(crate) fp: PackedLinear,
+    pub(crate) product: Product,
     pub(crate) d_in: usize,
     pub(crate) d_out: usize,
-    /// The int8 form and its kernel, with `--precision int8`.
-    pub(crate) q: Option<(QuantLinear, Isa)>,
+}
+
+/// The weights of a [`Linear`], in the form its precision runs: fp32 packed
+/// once at load, or, with `--precision int8`, quantised and packed for the
+/// int8 kernel (the fp32 form is then dropped, not kept beside it).
+pub(crate) enum Product {
+    Fp32(PackedLinear),
+    Int8(QuantLinear, Isa),
 }
 
 impl Linear {
@@ -47,10 +52,9 @@ impl Linear {
         let fp = PackedLinear::new(weight, &b, d_out, d_in)
             .map_err(|e| EncoderError::Weights(e.to_string()))?;
         Ok(Self {
-            fp,
+            product: Product::Fp32(fp),
             d_in,
             d_out,
-            q: None,
         })
     }
 
@@ -83,11 +87,17 @@ impl Linear {
         Self::new(&weight, Some(bias), h, 3 * h)
     }
 
-    /// Switch the products to int8 (weights quantised per output channel now).
+    /// Switch the product to int8 (weights quantised per output channel now,
+    /// the fp32 form freed); an error if it already is int8.
     pub(crate) fn quantize(&mut self, isa: Isa) -> Result<()> {
         let (k, n) = (self.d_in, self.d_out);
-        let w = self.fp.weights();
-        self.q = Some((QuantLinear::new(&w, self.fp.bias(), n, k)?, isa));
+        let Product::Fp32(fp) = &self.product else {
+            return Err(EncoderError::Unsupported(
+                "a linear layer was quantised twice".into(),
+            ));
+        };
+        let q = QuantLinear::new(&fp.weights(), fp.bias(), n, k)?;
+        self.product = Product::Int8(q, isa);
         Ok(())
     }
 }
