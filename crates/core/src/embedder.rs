@@ -54,7 +54,8 @@ pub struct EmbedderConfig {
     /// Neither read nor write the embedding cache.
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_cache: bool,
-    /// Precision of the transformer layers' linear products: fp32, or int8 (s8
+    /// Precision of the transformer layers' linear products: fp32 (kernel chosen
+    /// at run time, or forced with BERTFLOW_FP32_KERNEL=avx512pair|avx512|avx2|scalar), or int8 (s8
     /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX-VNNI,
     /// AVX2 or portable kernel chosen at run time, or forced with
     /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar).

@@ -118,19 +118,23 @@ fn main() {
         };
         let best = lin.path();
         let (packed_s, gelu_s) = (packed(best, Act::None), packed(best, Act::GeluErf));
-        // The AVX2 kernel too where it is not the one chosen.
-        let avx2 = (best != Path::Avx2 && Path::Avx2.available())
-            .then(|| packed(Path::Avx2, Act::None))
-            .map_or(String::new(), |s| {
+        // The other vector kernels too (not the portable one).
+        let others: String = Path::available_all()
+            .into_iter()
+            .filter(|&p| p != best && p != Path::Scalar)
+            .map(|p| {
+                let s = packed(p, Act::None);
                 format!(
-                    " | packed (avx2) {:6.1}",
+                    " | packed ({}) {:6.1}",
+                    p.name(),
                     2.0 * (m * k * n) as f64 / s / 1e9
                 )
-            });
+            })
+            .collect();
         let gf = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
         println!(
             "m={m} k={k:4} n={n:4}: gemm {:6.1} GFLOP/s ({:6.3} ms) | packed ({}) {:6.1} \
-             ({:6.3} ms) | packed+GELU {:6.1} ({:6.3} ms){avx2}",
+             ({:6.3} ms) | packed+GELU {:6.1} ({:6.3} ms){others}",
             gf(gemm_s),
             gemm_s * 1e3,
             best.name(),

@@ -8,14 +8,22 @@
 //! * Micro-kernel: a tile of up to [`MR`] = 6 rows x 64 channels held in registers
 //!   (24 zmm accumulators for AVX-512: per k, 4 weight loads and 6 broadcasts for
 //!   24 FMAs; AVX2 does the tile as four 6 x 16 panels in 12 ymm), over all of K.
-//! * Output stage (per tile, in registers, then the rows still in L1): add the
-//!   bias, then the residual (in that order, as `x W^T + b` then `+ residual`),
-//!   store, apply the activation.
+//! * Each output channel's weights are stored times a power of two `s` that
+//!   brings their root mean square near 1 (`s >= 1`); the output stage multiplies
+//!   by `1 / s`. Scaling by a power of two is exact in floating point, so the
+//!   classical kernels give the bits they would on the unscaled weights; the
+//!   scale is there for [`Path::Avx512Pair`], whose sums `x + s w` need the two
+//!   terms of like size.
+//! * Output stage (per tile, in registers, then the rows still in L1): unscale
+//!   and add the bias, then the residual (in that order, as `x W^T + b` then
+//!   `+ residual`), store, apply the activation.
 //!
 //! The kernel runs on one thread (the encoder runs one batch per worker thread)
-//! and is chosen at run time ([`Path::best`]).
+//! and is chosen at run time ([`Path::best`], or `BERTFLOW_FP32_KERNEL`).
 use crate::act::Act;
 
+#[cfg(target_arch = "x86_64")]
+mod pair;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -25,6 +33,8 @@ pub const NB: usize = 64;
 pub const MR: usize = 6;
 /// Alignment of the packed weights, in floats (64 bytes: one cache line).
 const ALIGN: usize = 16;
+/// Rows whose [`Tile::rt`] terms the driver computes at a time.
+const CHUNK: usize = 240;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Fp32Error {
@@ -32,6 +42,8 @@ pub enum Fp32Error {
     Shape(String),
     #[error("fp32 kernel '{0}' requested but this CPU lacks it; available: {1}")]
     Unavailable(&'static str, String),
+    #[error("BERTFLOW_FP32_KERNEL={0}: expected auto, scalar, avx2, avx512 or avx512pair")]
+    BadName(String),
 }
 
 /// Instruction set of the fp32 micro-kernel.
@@ -43,16 +55,26 @@ pub enum Path {
     Avx2,
     /// AVX512F + FMA: 6 x 64 tiles in 24 zmm accumulators.
     Avx512,
+    /// AVX512F + FMA, Winograd's inner product by pairs (1968): `x . w` as
+    /// `sum (x[2i] + w[2i+1]) (x[2i+1] + w[2i]) - sum x[2i] x[2i+1] - sum w[2i] w[2i+1]`,
+    /// one multiply-add and two additions per pair of products, where the classical
+    /// kernel spends two multiply-adds. The last two sums are per row and per
+    /// output channel (channel ones computed at load), so each output still
+    /// depends on its own row only. It pays where additions run beside the FMA
+    /// units (AMD Zen 4 and 5: per cycle one 512-bit FMA and one 512-bit add),
+    /// 5 x 64 tiles; see `pair.rs`.
+    Avx512Pair,
 }
 
 impl Path {
-    pub const ALL: [Path; 3] = [Path::Scalar, Path::Avx2, Path::Avx512];
+    pub const ALL: [Path; 4] = [Path::Scalar, Path::Avx2, Path::Avx512, Path::Avx512Pair];
 
     pub fn name(self) -> &'static str {
         match self {
             Path::Scalar => "scalar",
             Path::Avx2 => "avx2",
             Path::Avx512 => "avx512",
+            Path::Avx512Pair => "avx512pair",
         }
     }
 
@@ -66,7 +88,7 @@ impl Path {
                     && std::arch::is_x86_feature_detected!("fma")
             }
             #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => {
+            Path::Avx512 | Path::Avx512Pair => {
                 std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("fma")
             }
@@ -80,12 +102,40 @@ impl Path {
         Path::ALL.into_iter().filter(|p| p.available()).collect()
     }
 
-    /// The fastest kernel this CPU can run.
+    /// The fastest kernel this CPU can run: [`Path::Avx512Pair`] on AMD Zen 4
+    /// and later (family 0x19 with AVX-512, 0x1A), else AVX-512, AVX2, portable.
     pub fn best() -> Path {
-        [Path::Avx512, Path::Avx2]
+        let pair = Path::Avx512Pair.available() && adds_beside_fmas();
+        [Path::Avx512Pair, Path::Avx512, Path::Avx2]
             .into_iter()
+            .filter(|&p| p != Path::Avx512Pair || pair)
             .find(|p| p.available())
             .unwrap_or(Path::Scalar)
+    }
+
+    /// `BERTFLOW_FP32_KERNEL` (auto, scalar, avx2, avx512, avx512pair), else the
+    /// best; an error when the named kernel is unknown or not supported here.
+    pub fn from_env() -> Result<Path, Fp32Error> {
+        match std::env::var("BERTFLOW_FP32_KERNEL") {
+            Ok(s) if !s.is_empty() && s != "auto" => {
+                let path = Path::ALL
+                    .into_iter()
+                    .find(|p| p.name() == s)
+                    .ok_or(Fp32Error::BadName(s))?;
+                path.check()?;
+                Ok(path)
+            }
+            _ => Ok(Path::best()),
+        }
+    }
+
+    /// [`Path::from_env`], read once per process.
+    pub fn selected() -> Result<Path, Fp32Error> {
+        static SEL: std::sync::OnceLock<Result<Path, String>> = std::sync::OnceLock::new();
+        match SEL.get_or_init(|| Path::from_env().map_err(|e| e.to_string())) {
+            Ok(p) => Ok(*p),
+            Err(_) => Path::from_env(),
+        }
     }
 
     fn check(self) -> Result<(), Fp32Error> {
@@ -97,6 +147,40 @@ impl Path {
     }
 }
 
+/// Whether this CPU executes floating-point additions on pipes of their own
+/// beside two FMA pipes (AMD Zen 4 and later), so that [`Path::Avx512Pair`]'s
+/// additions are nearly free; Intel's cores add on their FMA ports.
+fn adds_beside_fmas() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        #[allow(unused_unsafe)]
+        // SAFETY: CPUID leaves 0 and 1 exist on every x86-64 CPU.
+        let (v, f) = unsafe { (__cpuid(0), __cpuid(1)) };
+        let amd = (v.ebx, v.edx, v.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let base = (f.eax >> 8) & 0xf;
+        let family = if base == 0xf {
+            base + ((f.eax >> 20) & 0xff)
+        } else {
+            base
+        };
+        amd && family >= 0x19
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The power of two `s >= 1` (at most 2^40) that brings the root mean square of
+/// `w` nearest 1; 1 for an all-zero channel.
+fn channel_scale(w: &[f32]) -> f32 {
+    let ms = w.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / w.len() as f64;
+    if !(ms > 0.0 && ms.is_finite()) {
+        return 1.0;
+    }
+    let e = (-0.5 * ms.log2()).round().clamp(0.0, 40.0);
+    (e as i32 as f32).exp2()
+}
+
 /// A linear layer with fp32 weights packed for the micro-kernels.
 pub struct PackedLinear {
     k: usize,
@@ -106,6 +190,11 @@ pub struct PackedLinear {
     off: usize,
     /// Per output channel, padded to the blocks with zeros.
     bias: Vec<f32>,
+    /// Per output channel (padded with ones): `1 / s`, the weights' scale undone.
+    inv_scale: Vec<f32>,
+    /// Per output channel (padded with zeros): `sum_i w'[2i] w'[2i+1]` of the
+    /// scaled weights `w'`, for [`Path::Avx512Pair`].
+    col_term: Vec<f32>,
     path: Path,
 }
 
@@ -117,8 +206,12 @@ pub(crate) struct Tile<'a> {
     k: usize,
     /// The block: `k * NB` weights.
     w: &'a [f32],
-    /// The block's `NB` biases.
+    /// The block's `NB` biases, inverse scales and channel terms.
     bias: &'a [f32],
+    inv_scale: &'a [f32],
+    col_term: &'a [f32],
+    /// The rows' terms `sum_i x[2i] x[2i+1]` (`mr` values; [`Path::Avx512Pair`] only).
+    rt: &'a [f32],
     /// The tile's `mr` rows of the residual / output (`n` values each, from column 0).
     res: Option<&'a [f32]>,
     out: &'a mut [f32],
@@ -130,7 +223,8 @@ pub(crate) struct Tile<'a> {
 
 impl PackedLinear {
     /// From the PyTorch layout: `w` row-major `[n, k]` (out, in), `bias` of length
-    /// `n`; the kernel is the best this CPU has.
+    /// `n`; the kernel is [`Path::selected`] (the best this CPU has unless
+    /// `BERTFLOW_FP32_KERNEL` names one, an error if this CPU lacks it).
     pub fn new(w: &[f32], bias: &[f32], n: usize, k: usize) -> Result<Self, Fp32Error> {
         if n == 0 || k == 0 || n.checked_mul(k) != Some(w.len()) || bias.len() != n {
             return Err(Fp32Error::Shape(format!(
@@ -143,12 +237,19 @@ impl PackedLinear {
         let mut buf = vec![0f32; np * k + ALIGN];
         let off = buf.as_ptr().align_offset(ALIGN * 4).min(ALIGN);
         let packed = &mut buf[off..off + np * k];
+        let (mut inv_scale, mut col_term) = (vec![1f32; np], vec![0f32; np]);
         for (c, row) in w.chunks_exact(k).enumerate() {
             let (b, j) = (c / NB, c % NB);
+            let s = channel_scale(row);
+            inv_scale[c] = 1.0 / s;
             let blk = &mut packed[b * k * NB..(b + 1) * k * NB];
             for (dst, &v) in blk[j..].iter_mut().step_by(NB).zip(row) {
-                *dst = v;
+                *dst = v * s;
             }
+            col_term[c] = row
+                .chunks_exact(2)
+                .map(|p| (p[0] * s) as f64 * (p[1] * s) as f64)
+                .sum::<f64>() as f32;
         }
         let mut b = bias.to_vec();
         b.resize(np, 0.0);
@@ -158,7 +259,9 @@ impl PackedLinear {
             buf,
             off,
             bias: b,
-            path: Path::best(),
+            inv_scale,
+            col_term,
+            path: Path::selected()?,
         })
     }
 
@@ -183,8 +286,9 @@ impl PackedLinear {
         let mut w = vec![0f32; n * k];
         for (c, row) in w.chunks_exact_mut(k).enumerate() {
             let blk = &self.packed()[(c / NB) * k * NB..];
+            let inv = self.inv_scale[c];
             for (d, &v) in row.iter_mut().zip(blk[c % NB..].iter().step_by(NB)) {
-                *d = v;
+                *d = v * inv;
             }
         }
         w
@@ -240,18 +344,23 @@ impl PackedLinear {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `path.check()` passed: AVX512F and FMA were detected at run time.
             Path::Avx512 => unsafe { x86::drive_avx512(self, x, m, residual, act, out) },
-            _ => drive(self, x, m, residual, act, out, micro_scalar),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `path.check()` passed: AVX512F and FMA were detected at run time.
+            Path::Avx512Pair => unsafe { pair::drive_pair(self, x, m, residual, act, out) },
+            _ => drive(self, x, m, residual, act, out, MR, false, micro_scalar),
         }
         Ok(())
     }
 }
 
-/// The loop over 64-channel blocks (outer: one block's weights stay in cache) and
-/// tiles of up to [`MR`] rows, with the micro-kernel and the activation on the
-/// tile's rows while they are in L1; inlined into each kernel's target-feature
-/// function so that the activation is vectorised for that instruction set.
-/// `x`, `residual` and `out` have the layer's shape (checked by the caller).
+/// The loop over chunks of [`CHUNK`] rows (with their row terms when `pairs`),
+/// then 64-channel blocks (one block's weights stay in cache) and tiles of up to
+/// `tile` rows, with the micro-kernel and the activation on the tile's rows while
+/// they are in L1; inlined into each kernel's target-feature function so that the
+/// activation is vectorised for that instruction set. `x`, `residual` and `out`
+/// have the layer's shape (checked by the caller); `tile` divides [`CHUNK`].
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn drive(
     lin: &PackedLinear,
     x: &[f32],
@@ -259,46 +368,72 @@ fn drive(
     residual: Option<&[f32]>,
     act: Act,
     out: &mut [f32],
+    tile: usize,
+    pairs: bool,
     mut micro: impl FnMut(&mut Tile),
 ) {
     let (n, k) = (lin.n, lin.k);
-    for (blk, (w, bias)) in lin
-        .packed()
-        .chunks_exact(k * NB)
-        .zip(lin.bias.chunks_exact(NB))
-        .enumerate()
-    {
-        let c0 = blk * NB;
-        let cols = NB.min(n - c0);
-        for r0 in (0..m).step_by(MR) {
-            let mr = MR.min(m - r0);
-            let rows = r0 * n..(r0 + mr) * n;
-            let o = &mut out[rows.clone()];
-            micro(&mut Tile {
-                a: &x[r0 * k..(r0 + mr) * k],
-                mr,
-                k,
-                w,
-                bias,
-                res: residual.map(|r| &r[rows.clone()]),
-                out: o,
-                n,
-                c0,
-                cols,
-            });
-            // Inline (not `act.apply`, a call per 64 values that reloads its
-            // constants): the tile's rows are still in L1.
-            for row in o.chunks_exact_mut(n) {
-                let v = &mut row[c0..c0 + cols];
-                match act {
-                    Act::None => {}
-                    Act::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
-                    Act::GeluErf => v.iter_mut().for_each(|x| *x = crate::act::gelu_erf(*x)),
-                    Act::GeluPoly => v.iter_mut().for_each(|x| *x = crate::act::gelu_poly(*x)),
+    let mut rt = [0f32; CHUNK];
+    for q0 in (0..m).step_by(CHUNK) {
+        let qm = CHUNK.min(m - q0);
+        if pairs {
+            for (t, row) in rt.iter_mut().zip(x[q0 * k..(q0 + qm) * k].chunks_exact(k)) {
+                *t = row_term(row);
+            }
+        }
+        for (blk, ((w, bias), (inv_scale, col_term))) in lin
+            .packed()
+            .chunks_exact(k * NB)
+            .zip(lin.bias.chunks_exact(NB))
+            .zip(
+                lin.inv_scale
+                    .chunks_exact(NB)
+                    .zip(lin.col_term.chunks_exact(NB)),
+            )
+            .enumerate()
+        {
+            let c0 = blk * NB;
+            let cols = NB.min(n - c0);
+            for r0 in (q0..q0 + qm).step_by(tile) {
+                let mr = tile.min(q0 + qm - r0);
+                let rows = r0 * n..(r0 + mr) * n;
+                let o = &mut out[rows.clone()];
+                micro(&mut Tile {
+                    a: &x[r0 * k..(r0 + mr) * k],
+                    mr,
+                    k,
+                    w,
+                    bias,
+                    inv_scale,
+                    col_term,
+                    rt: &rt[r0 - q0..r0 - q0 + mr],
+                    res: residual.map(|r| &r[rows.clone()]),
+                    out: o,
+                    n,
+                    c0,
+                    cols,
+                });
+                // Inline (not `act.apply`, a call per 64 values that reloads its
+                // constants): the tile's rows are still in L1.
+                for row in o.chunks_exact_mut(n) {
+                    let v = &mut row[c0..c0 + cols];
+                    match act {
+                        Act::None => {}
+                        Act::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
+                        Act::GeluErf => v.iter_mut().for_each(|x| *x = crate::act::gelu_erf(*x)),
+                        Act::GeluPoly => v.iter_mut().for_each(|x| *x = crate::act::gelu_poly(*x)),
+                    }
                 }
             }
         }
     }
+}
+
+/// A row's term `sum_i x[2i] x[2i+1]` for [`Path::Avx512Pair`] (in f64, rounded once).
+fn row_term(x: &[f32]) -> f32 {
+    x.chunks_exact(2)
+        .map(|p| p[0] as f64 * p[1] as f64)
+        .sum::<f64>() as f32
 }
 
 /// The portable micro-kernel: plain loops (the inner one over 64 channels
@@ -312,8 +447,8 @@ fn micro_scalar(t: &mut Tile) {
                 *sj += a * wj;
             }
         }
-        for (sj, &b) in s.iter_mut().zip(t.bias) {
-            *sj += b;
+        for ((sj, &b), &inv) in s.iter_mut().zip(t.bias).zip(t.inv_scale) {
+            *sj = *sj * inv + b;
         }
         let o = &mut t.out[r * n + t.c0..r * n + t.c0 + t.cols];
         if let Some(res) = t.res {

@@ -19,7 +19,7 @@ pub(super) unsafe fn drive_avx512(
     act: Act,
     out: &mut [f32],
 ) {
-    drive(lin, x, m, residual, act, out, |t| {
+    drive(lin, x, m, residual, act, out, MR, false, |t| {
         // SAFETY: the features are enabled in this function; drive's tiles hold
         // what the kernel's contract asks (checked again by its assert).
         unsafe {
@@ -37,14 +37,15 @@ pub(super) unsafe fn drive_avx512(
 
 /// Lanes `0..c` of 16 (c <= 16) as a mask.
 #[inline(always)]
-fn mask16(c: usize) -> __mmask16 {
+pub(super) fn mask16(c: usize) -> __mmask16 {
     ((1u32 << c.min(16)) - 1) as __mmask16
 }
 
 /// Checks every micro-kernel relies on: `a` holds `R` rows of `k`, `w` a block,
-/// `out` (and `res`) `R` rows of `n` with the block's `cols` channels from `c0`.
+/// `out` (and `res`) `R` rows of `n` with the block's `cols` channels from `c0`,
+/// `rt` `R` row terms.
 #[inline(always)]
-fn check_tile<const R: usize>(t: &Tile) {
+pub(super) fn check_tile<const R: usize>(t: &Tile) {
     assert!(
         R <= MR
             && t.mr == R
@@ -52,6 +53,9 @@ fn check_tile<const R: usize>(t: &Tile) {
             && t.a.len() == R * t.k
             && t.w.len() >= t.k * NB
             && t.bias.len() >= NB
+            && t.inv_scale.len() >= NB
+            && t.col_term.len() >= NB
+            && t.rt.len() == R
             && t.cols <= NB
             && t.c0 + t.cols <= t.n
             && t.out.len() == R * t.n
@@ -61,8 +65,8 @@ fn check_tile<const R: usize>(t: &Tile) {
 
 /// AVX-512 micro-kernel, `R` rows x 64 channels in `4 R` zmm accumulators: per k,
 /// load the block's 4 x 16 weights once, broadcast each row's input and FMA into
-/// the 4 accumulators of the row; then add the bias and the residual and store
-/// (masked to the block's `cols` channels).
+/// the 4 accumulators of the row; then unscale, add the bias and the residual
+/// and store (masked to the block's `cols` channels).
 ///
 /// # Safety
 /// The CPU must support AVX512F and FMA.
@@ -92,7 +96,7 @@ unsafe fn micro_avx512<const R: usize>(t: &mut Tile) {
             }
         }
     }
-    let bp = t.bias.as_ptr();
+    let (bp, sp) = (t.bias.as_ptr(), t.inv_scale.as_ptr());
     let op = t.out.as_mut_ptr();
     for (r, cr) in c.iter_mut().enumerate() {
         for (q, acc) in cr.iter_mut().enumerate() {
@@ -102,11 +106,13 @@ unsafe fn micro_avx512<const R: usize>(t: &mut Tile) {
             }
             let mask = mask16(cols - lo);
             let at = r * n + c0 + lo;
-            // SAFETY: lo + 16 <= NB <= bias.len(); `at` is within row r of `out`
-            // and `res` (lo < cols, c0 + cols <= n) and the mask keeps the lanes
-            // read and written to the row's channels c0 + lo .. c0 + cols.
+            // SAFETY: lo + 16 <= NB <= bias.len(), inv_scale.len(); `at` is within
+            // row r of `out` and `res` (lo < cols, c0 + cols <= n) and the mask
+            // keeps the lanes read and written to the row's channels.
             unsafe {
-                let mut v = _mm512_add_ps(*acc, _mm512_loadu_ps(bp.add(lo)));
+                // acc * inv_scale is exact (a power of two): one rounding, as before.
+                let (b, s) = (_mm512_loadu_ps(bp.add(lo)), _mm512_loadu_ps(sp.add(lo)));
+                let mut v = _mm512_fmadd_ps(*acc, s, b);
                 if let Some(res) = t.res {
                     v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, res.as_ptr().add(at)));
                 }
@@ -130,7 +136,7 @@ pub(super) unsafe fn drive_avx2(
     act: Act,
     out: &mut [f32],
 ) {
-    drive(lin, x, m, residual, act, out, |t| {
+    drive(lin, x, m, residual, act, out, MR, false, |t| {
         for j in 0..NB / 16 {
             if j * 16 >= t.cols {
                 break;
@@ -188,7 +194,7 @@ unsafe fn micro_avx2<const R: usize>(t: &mut Tile, j: usize) {
             }
         }
     }
-    let bp = t.bias.as_ptr();
+    let (bp, sp) = (t.bias.as_ptr(), t.inv_scale.as_ptr());
     let op = t.out.as_mut_ptr();
     for (r, cr) in c.iter_mut().enumerate() {
         for (h, acc) in cr.iter_mut().enumerate() {
@@ -198,11 +204,12 @@ unsafe fn micro_avx2<const R: usize>(t: &mut Tile, j: usize) {
             }
             let mask = mask8(cols - lo);
             let at = r * n + c0 + lo;
-            // SAFETY: lo + 8 <= NB <= bias.len(); `at` is within row r of `out`
-            // and `res` (lo < cols, c0 + cols <= n) and the mask keeps the lanes
-            // read and written to the row's channels c0 + lo .. c0 + cols.
+            // SAFETY: lo + 8 <= NB <= bias.len(), inv_scale.len(); `at` is within
+            // row r of `out` and `res` (lo < cols, c0 + cols <= n) and the mask
+            // keeps the lanes read and written to the row's channels.
             unsafe {
-                let mut v = _mm256_add_ps(*acc, _mm256_loadu_ps(bp.add(lo)));
+                let (b, s) = (_mm256_loadu_ps(bp.add(lo)), _mm256_loadu_ps(sp.add(lo)));
+                let mut v = _mm256_fmadd_ps(*acc, s, b);
                 if let Some(res) = t.res {
                     v = _mm256_add_ps(v, _mm256_maskload_ps(res.as_ptr().add(at), mask));
                 }
