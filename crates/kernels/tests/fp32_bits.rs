@@ -10,17 +10,11 @@
 use bertflow_kernels::fp32::{PackedLinear, Path};
 use bertflow_kernels::Act;
 
-/// Deterministic pseudo-random values in [-1, 1) (xorshift).
+mod common;
+
+/// Deterministic pseudo-random values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    common::values(n, seed, 1.0)
 }
 
 /// Weights `[n, k]` whose channels range over six orders of magnitude.
