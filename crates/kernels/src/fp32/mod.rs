@@ -105,10 +105,11 @@ impl Path {
     /// The fastest kernel this CPU can run: [`Path::Avx512Pair`] on AMD Zen 4
     /// and later (family 0x19 with AVX-512, 0x1A), else AVX-512, AVX2, portable.
     pub fn best() -> Path {
-        let pair = Path::Avx512Pair.available() && adds_beside_fmas();
-        [Path::Avx512Pair, Path::Avx512, Path::Avx2]
+        if Path::Avx512Pair.available() && adds_beside_fmas() {
+            return Path::Avx512Pair;
+        }
+        [Path::Avx512, Path::Avx2]
             .into_iter()
-            .filter(|&p| p != Path::Avx512Pair || pair)
             .find(|p| p.available())
             .unwrap_or(Path::Scalar)
     }
@@ -246,10 +247,8 @@ impl PackedLinear {
             for (dst, &v) in blk[j..].iter_mut().step_by(NB).zip(row) {
                 *dst = v * s;
             }
-            col_term[c] = row
-                .chunks_exact(2)
-                .map(|p| (p[0] * s) as f64 * (p[1] * s) as f64)
-                .sum::<f64>() as f32;
+            // Of the scaled weights: times s^2, exact for a power of two.
+            col_term[c] = pair_sum(row) * (s * s);
         }
         let mut b = bias.to_vec();
         b.resize(np, 0.0);
@@ -378,7 +377,7 @@ fn drive(
         let qm = CHUNK.min(m - q0);
         if pairs {
             for (t, row) in rt.iter_mut().zip(x[q0 * k..(q0 + qm) * k].chunks_exact(k)) {
-                *t = row_term(row);
+                *t = pair_sum(row);
             }
         }
         for (blk, ((w, bias), (inv_scale, col_term))) in lin
@@ -429,8 +428,9 @@ fn drive(
     }
 }
 
-/// A row's term `sum_i x[2i] x[2i+1]` for [`Path::Avx512Pair`] (in f64, rounded once).
-fn row_term(x: &[f32]) -> f32 {
+/// `sum_i x[2i] x[2i+1]` (in f64, rounded once): [`Path::Avx512Pair`]'s term of
+/// a row or of a channel's weights.
+fn pair_sum(x: &[f32]) -> f32 {
     x.chunks_exact(2)
         .map(|p| p[0] as f64 * p[1] as f64)
         .sum::<f64>() as f32
