@@ -18,14 +18,17 @@ use crate::errors;
 fn export_st_dir(
     py: Python<'_>,
     model: String,
-    pooling: &str,
+    pooling: Option<&str>,
     output: PathBuf,
     calibrator: Option<PathBuf>,
     normalize: bool,
     max_len: Option<usize>,
     allow_mismatch: bool,
 ) -> PyResult<(Vec<String>, usize, usize, bool)> {
-    let pooling: Pooling = pooling.parse().map_err(errors::encoder)?;
+    let pooling: Option<Pooling> = pooling
+        .map(str::parse)
+        .transpose()
+        .map_err(errors::encoder)?;
     let config = EmbedderConfig {
         model,
         max_len,

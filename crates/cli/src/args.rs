@@ -10,15 +10,7 @@ pub type ModelArgs = EmbedderConfig;
 
 /// Loads the model of `m`, with progress on the terminal.
 pub fn load_model(m: &ModelArgs) -> Result<Embedder> {
-    check_threads(m)?;
     Ok(m.load(crate::progress::handle())?)
-}
-
-fn check_threads(m: &ModelArgs) -> Result<()> {
-    if m.threads == Some(0) {
-        anyhow::bail!("--threads must be at least 1");
-    }
-    Ok(())
 }
 
 #[derive(Args, Debug, Clone)]
@@ -30,7 +22,7 @@ pub struct DataArgs {
 
 impl DataArgs {
     pub fn dir(&self) -> PathBuf {
-        bertflow_core::eval::resolve_data_dir(self.data.as_deref())
+        bertflow_core::defaults::data_dir(self.data.as_deref())
     }
 }
 
@@ -43,7 +35,7 @@ pub fn pooling_help() -> String {
     s
 }
 
-pub use bertflow_core::pipeline::{parse_pooling, parse_precision};
+pub use bertflow_core::parse::{parse_pooling, parse_precision};
 
 /// Token weighting of the averaging poolings (`--weighting`, `--freq-file`):
 /// core's [`bertflow_core::weighting::Weighting`].
@@ -57,6 +49,5 @@ pub type VectorArgs = PipelineConfig;
 /// Opens the pipeline of `v` (calibrator, model, identity checks and token
 /// weights), with progress on the terminal.
 pub fn open_pipeline(v: &VectorArgs) -> Result<Pipeline> {
-    check_threads(&v.model)?;
     Ok(v.open(crate::progress::handle())?)
 }

@@ -60,7 +60,7 @@ pub struct AnalyzeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    #[arg(long, short = 'p', default_value_t = bertflow_core::pipeline::DEFAULT_POOLING, value_parser = parse_pooling)]
     pub pooling: Pooling,
     #[command(flatten)]
     pub opts: AnalysisOpts,

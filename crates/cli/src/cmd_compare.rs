@@ -5,7 +5,6 @@ use crate::cmd_eval::TaskArgs;
 use anyhow::Result;
 use bertflow_core::encoder::{Pooling, WeightingSpec};
 use bertflow_core::eval::{average, render_table, Aggregate};
-use bertflow_core::fitting::check_weighting;
 use bertflow_core::grid::{parse_calibs, rows_json, Grid, Row, Target};
 use bertflow_core::weighting::Weighting;
 use clap::Args;
@@ -56,7 +55,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
             let poolings: Vec<Pooling> = a
                 .poolings
                 .iter()
-                .filter(|p| w.is_plain_mean() || check_weighting(&embedder.encoder, p, w).is_ok())
+                .filter(|p| w.check_pooling(&embedder.encoder, p).is_ok())
                 .cloned()
                 .collect();
             if poolings.is_empty() {

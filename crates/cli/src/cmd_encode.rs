@@ -20,9 +20,14 @@ pub struct EncodeArgs {
     #[arg(long)]
     pub jsonl: bool,
     /// Output file; the format follows the extension: .npy (float32, one row per
-    /// input sentence in input order), .jsonl, .safetensors (tensor "embeddings").
+    /// input sentence in input order), .jsonl, .safetensors (tensor "embeddings");
+    /// `-` writes JSONL to standard output.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
+    /// Scale every vector to unit length (after the calibrator), so that a dot
+    /// product is the cosine.
+    #[arg(long)]
+    pub normalize: bool,
     /// What to do with empty lines.
     #[arg(long, value_enum, default_value_t = EmptyLines::Error)]
     pub empty: EmptyLines,
@@ -38,7 +43,10 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     // Without a calibrator (which brings its weights) or a frequency file, the
     // word-piece frequencies are counted on the input.
     pipeline.count_weights(&input.texts)?;
-    let m = pipeline.encode(&input.texts)?;
+    let mut m = pipeline.encode(&input.texts)?;
+    if a.normalize {
+        bertflow_core::Pipeline::normalize(&mut m);
+    }
     let info = pipeline.info();
     let mut meta = HashMap::new();
     meta.insert("model".to_string(), info.model_id);
@@ -49,6 +57,9 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     }
     if let Some(w) = pipeline.weights() {
         meta.insert("weighting".to_string(), w.spec.to_string());
+    }
+    if a.normalize {
+        meta.insert("normalized".to_string(), "true".to_string());
     }
     write_embeddings(&a.output, &m, &input, &meta)?;
     progress::note(format!(

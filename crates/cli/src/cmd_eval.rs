@@ -103,12 +103,12 @@ pub struct EvalArgs {
 pub fn run(a: EvalArgs) -> Result<()> {
     let targets = a.tasks.targets()?;
     let aggregate = a.tasks.single_aggregate()?;
-    let pooling = a.vectors.pooling.clone();
     let mut config = a.vectors;
     config.weighting = a.weighting;
     // A calibrator file brings its own weights; otherwise word-piece
     // frequencies are counted per task on the --on sentences.
     let pipeline = open_pipeline(&config)?;
+    let pooling = pipeline.pooling().clone();
     let weighting = pipeline.grid_weighting();
     let (embedder, calibrator) = pipeline.into_parts();
     let calib = match (&a.fit, calibrator) {
@@ -116,9 +116,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
         (None, Some(f)) => Calib::File(Box::new(f)),
         (None, None) => Calib::spec(CalibSpec::none()),
     };
-    let counts_on_corpus =
-        !weighting.is_plain_mean() && weighting.freq_file.is_none() && weighting.fixed.is_none();
-    if a.fit.is_none() && !counts_on_corpus && a.tasks.on != FitOn::Target {
+    if a.fit.is_none() && !weighting.needs_corpus() && a.tasks.on != FitOn::Target {
         bail!("--on only applies with --fit (or a --weighting counted on the fit corpus)");
     }
     let poolings = [pooling.clone()];

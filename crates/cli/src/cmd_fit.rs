@@ -64,7 +64,7 @@ pub struct FitArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    #[arg(long, short = 'p', default_value_t = bertflow_core::pipeline::DEFAULT_POOLING, value_parser = parse_pooling)]
     pub pooling: Pooling,
     #[arg(long, short = 'k', value_name = "KIND", help = crate::cmd_kinds::spec_help(),
           long_help = crate::cmd_kinds::spec_long_help())]
@@ -135,12 +135,17 @@ pub fn run(a: FitArgs) -> Result<()> {
     fitted
         .save(&a.output, &meta)
         .with_context(|| format!("cannot write {}", a.output.display()))?;
+    // Descriptions that state the dimensions already (whiten's) are not repeated.
+    let described = fitted.describe();
+    let dims = format!("{} -> {} dims", fitted.input_dim(), fitted.output_dim());
+    let dims = if described.contains(&dims) {
+        String::new()
+    } else {
+        format!(" ({dims})")
+    };
     progress::note(format!(
-        "fitted {} on {} {what} ({} -> {} dims); wrote {}",
-        fitted.describe(),
+        "fitted {described} on {} {what}{dims}; wrote {}",
         meta.fit_corpus_size,
-        fitted.input_dim(),
-        fitted.output_dim(),
         a.output.display()
     ));
     Ok(())

@@ -67,11 +67,12 @@ fn repair(v: &VerifyArgs) -> Result<()> {
     use bertflow_core::index::Repaired;
     let repaired = match bertflow_core::index::repair(&v.index, None) {
         Err(bertflow_core::index::IndexError::Corrupt(reason)) => {
+            let id = v.identity()?;
             eprintln!(
                 "{reason}\nrebuilding the footer with the settings given (model {}, pooling {})",
-                v.vectors.model.model, v.vectors.pooling
+                v.vectors.model.model, id.pooling
             );
-            bertflow_core::index::repair(&v.index, Some(&v.identity()?))?
+            bertflow_core::index::repair(&v.index, Some(&id))?
         }
         other => other?,
     };

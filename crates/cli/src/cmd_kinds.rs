@@ -36,11 +36,21 @@ pub fn spec_help() -> String {
     )
 }
 
-/// `--help` of a flag taking one spec: every kind, its options, defaults and ranges.
+/// The kinds, one line each (name and what it does); `bertflow kinds` has
+/// their options, defaults and ranges.
+fn one_line_each() -> String {
+    registry::KINDS
+        .iter()
+        .map(|k| format!("  {:<12} {}\n", k.name, k.doc))
+        .collect()
+}
+
+/// `--help` of a flag taking one spec: the kinds, one line each.
 pub fn spec_long_help() -> String {
     format!(
-        "Calibrator spec KIND[:KEY=VALUE,...] (`bertflow kinds` prints the same list):\n{}",
-        registry::help()
+        "Calibrator spec KIND[:KEY=VALUE,...]; `bertflow kinds` lists every kind's options, \
+         defaults and ranges. The kinds:\n{}",
+        one_line_each()
     )
 }
 
@@ -57,8 +67,9 @@ pub fn list_long_help() -> String {
     format!(
         "Calibrator specs, comma-separated; options of a spec follow it after a colon and may \
          continue after commas (none,flow:levels=2,steps=2,whiten is none, the flow with both \
-         options, and whiten). The kinds (`bertflow kinds` prints the same list):\n{}",
-        registry::help()
+         options, and whiten); `bertflow kinds` lists every kind's options, defaults and \
+         ranges. The kinds:\n{}",
+        one_line_each()
     )
 }
 

@@ -15,7 +15,7 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Poolings, comma-separated; see `bertflow poolings`.
-    #[arg(long, value_delimiter = ',', default_value = "last-avg", value_parser = parse_pooling, value_name = "POOLINGS")]
+    #[arg(long, value_delimiter = ',', default_values_t = [bertflow_core::pipeline::DEFAULT_POOLING], value_parser = parse_pooling, value_name = "POOLINGS")]
     pub poolings: Vec<Pooling>,
     #[command(flatten)]
     pub opts: AnalysisOpts,

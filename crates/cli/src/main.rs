@@ -1,5 +1,6 @@
 //! `bertflow`: calibrated sentence embeddings from BERT-family models.
 mod args;
+mod cmd_advise;
 mod cmd_analyze;
 mod cmd_bench;
 mod cmd_compare;
@@ -58,6 +59,9 @@ enum Command {
     Transform(cmd_transform::TransformArgs),
     /// Compare poolings x calibrators on the STS benchmarks (the paper-style table).
     Compare(cmd_compare::CompareArgs),
+    /// "Should I calibrate?" for any corpus: its statistics, what `auto` would do,
+    /// and one sentence to act on (no STS data or labels needed).
+    Advise(cmd_advise::AdviseArgs),
     /// Analyse the embedding space: anisotropy, singular spectrum, lexical bias,
     /// alignment/uniformity, word frequency.
     Analyze(cmd_analyze::AnalyzeArgs),
@@ -88,7 +92,31 @@ enum Command {
     Kinds(cmd_kinds::KindsArgs),
 }
 
+/// The error chain on one line, a core setting named by its flag
+/// (`--max-len: ...` where core says `max_len: ...`).
+fn describe(e: &anyhow::Error) -> String {
+    e.chain()
+        .map(
+            |cause| match cause.downcast_ref::<bertflow_core::CoreError>() {
+                Some(bertflow_core::CoreError::Setting { field, message }) => {
+                    format!("--{}: {message}", field.replace('_', "-"))
+                }
+                _ => cause.to_string(),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
 fn main() {
+    // A closed standard output (`bertflow eval | head`) ends the program
+    // quietly, as for other Unix tools, instead of a panic in `println!`.
+    // SAFETY: restoring the default disposition of one signal at start-up,
+    // before any thread exists.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     // Parallelism comes from batch workers, each running its matrix products on one
     // core; candle's intra-op threading would oversubscribe the cores.
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
@@ -102,6 +130,7 @@ fn main() {
         Command::Fit(a) => cmd_fit::run(a),
         Command::Transform(a) => cmd_transform::run(a),
         Command::Compare(a) => cmd_compare::run(a),
+        Command::Advise(a) => cmd_advise::run(a),
         Command::Analyze(a) => cmd_analyze::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Export(a) => cmd_export::run(a),
@@ -115,7 +144,7 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", describe(&e));
         std::process::exit(1);
     }
 }

@@ -22,11 +22,21 @@ pub fn bar(len: u64, msg: &str, unit: &str) -> ProgressBar {
     if !visible() {
         pb.set_draw_target(ProgressDrawTarget::hidden());
     }
-    let tmpl =
-        format!("{{msg:>12}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})");
+    let tmpl = format!("{{msg:>12}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{rate}}, eta {{eta}})");
     pb.set_style(
         ProgressStyle::with_template(&tmpl)
             .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key(
+                "rate",
+                |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let r = s.per_sec();
+                    let _ = if r >= 100.0 {
+                        write!(w, "{r:.0}/s")
+                    } else {
+                        write!(w, "{r:.1}/s")
+                    };
+                },
+            )
             .progress_chars("=> "),
     );
     pb.set_message(msg.to_string());

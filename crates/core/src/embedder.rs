@@ -1,7 +1,6 @@
 //! Turning sentence sets into embedding matrices through the cache: each
 //! (sentence set, pooling) pair is one cache entry; whatever is missing is
 //! encoded in a single pass over the model for all poolings at once.
-use crate::ensure;
 use crate::error::{Context, Result};
 use crate::progress::{silent, SharedProgress};
 use bertflow_encoder::{
@@ -12,8 +11,8 @@ use ndarray::Array2;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// The default model directory (relative to the working directory).
-pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
+/// The default model directory (see [`crate::defaults::model`] for where it is found).
+pub const DEFAULT_MODEL: &str = crate::defaults::MODEL_DIR;
 
 /// How to load and run the encoder: what every front end asks for. With
 /// core's `clap` feature it is also the command line's model options (the
@@ -27,10 +26,11 @@ pub struct EmbedderConfig {
     /// directory, or a hub id (e.g. bert-base-uncased) found in the local Hugging Face
     /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). config.json's
     /// model_type: bert, roberta, xlm-roberta, camembert, distilbert, mpnet or
-    /// modernbert.
+    /// modernbert. Default: $BERTFLOW_MODEL, else models/all-MiniLM-L6-v2 in the
+    /// working directory or in the checkout bertflow was built in.
     #[cfg_attr(
         feature = "clap",
-        arg(long, short = 'm', env = "BERTFLOW_MODEL", default_value = DEFAULT_MODEL)
+        arg(long, short = 'm', default_value_t = crate::defaults::model())
     )]
     pub model: String,
     /// Truncate sentences at this many tokens, [CLS] and [SEP] (<s> and </s>)
@@ -39,13 +39,14 @@ pub struct EmbedderConfig {
     #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS"))]
     pub max_len: Option<usize>,
     /// Sentences per forward pass (sentences are sorted by length first).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32, value_name = "N"))]
-    pub batch_size: usize,
-    /// Worker threads; each runs whole batches on one core [default: all cores].
     #[cfg_attr(
         feature = "clap",
-        arg(long, env = "BERTFLOW_THREADS", value_name = "N")
+        arg(long, default_value_t = crate::defaults::BATCH_SIZE, value_name = "N")
     )]
+    pub batch_size: usize,
+    /// Worker threads; each runs whole batches on one core [default:
+    /// $BERTFLOW_THREADS, else all cores].
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub threads: Option<usize>,
     /// Where encoded embeddings are cached [default: $BERTFLOW_CACHE, else
     /// $XDG_CACHE_HOME/bertflow, else ~/.cache/bertflow].
@@ -61,18 +62,18 @@ pub struct EmbedderConfig {
     /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar).
     #[cfg_attr(
         feature = "clap",
-        arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::pipeline::parse_precision)
+        arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::parse::parse_precision)
     )]
-    #[serde(with = "crate::pipeline::as_str")]
+    #[serde(with = "crate::parse::as_str")]
     pub precision: Precision,
 }
 
 impl Default for EmbedderConfig {
     fn default() -> Self {
         Self {
-            model: DEFAULT_MODEL.to_string(),
+            model: crate::defaults::model(),
             max_len: None,
-            batch_size: 32,
+            batch_size: crate::defaults::BATCH_SIZE,
             threads: None,
             cache_dir: None,
             no_cache: false,
@@ -93,8 +94,7 @@ impl EmbedderConfig {
             batch_size: self.batch_size.max(1),
             ..Default::default()
         };
-        if let Some(t) = self.threads {
-            ensure!(t >= 1, "threads must be at least 1");
+        if let Some(t) = crate::defaults::threads(self.threads)? {
             opts.threads = t;
         }
         let cache = (!self.no_cache).then(|| {

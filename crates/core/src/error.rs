@@ -9,6 +9,14 @@ pub enum CoreError {
     /// what to change.
     #[error("{0}")]
     Input(String),
+    /// A setting (a field of a config) that cannot be used as given. `field` is
+    /// the config's name for it (`pooling`, `max_len`, `allow_mismatch`, ...):
+    /// front ends name it as their users know it (`--max-len`, `max_len=`).
+    #[error("{field}: {message}")]
+    Setting {
+        field: &'static str,
+        message: String,
+    },
     /// A file could not be read or written.
     #[error("cannot {action} {}", path.display())]
     Io {
@@ -59,6 +67,14 @@ impl CoreError {
             action,
             path: path.to_path_buf(),
             source,
+        }
+    }
+
+    /// A [`CoreError::Setting`] error on `field`.
+    pub fn setting(field: &'static str, message: impl Into<String>) -> CoreError {
+        CoreError::Setting {
+            field,
+            message: message.into(),
         }
     }
 

@@ -30,8 +30,9 @@ use crate::error::{Context, CoreError, Result};
 /// What to export.
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
-    /// The pooling (`last-avg` or `cls`).
-    pub pooling: Pooling,
+    /// The pooling (unset: the calibrator's, else as
+    /// [`crate::pipeline::resolve_pooling`] decides).
+    pub pooling: Option<Pooling>,
     /// An affine calibrator applied after pooling.
     pub calibrator: Option<PathBuf>,
     /// Allow a calibrator fitted on another model or pooling (never another dimension).
@@ -183,16 +184,23 @@ fn staging_dir(target: &Path) -> Result<tempfile::TempDir> {
 
 /// Write the sentence-transformers directory for `enc` (see the module docs).
 pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
-    let pooling = pool(enc, &cfg.pooling)?;
     let calibrator = cfg
         .calibrator
         .as_deref()
         .map(|p| LoadedCalibrator::open(p, cfg.allow_mismatch))
         .transpose()?;
+    let chosen = crate::pipeline::resolve_pooling(
+        enc,
+        cfg.pooling.as_ref(),
+        calibrator.as_ref(),
+        cfg.allow_mismatch,
+        &crate::Silent,
+    )?;
+    let pooling = pool(enc, &chosen)?;
     let dense = match &calibrator {
         None => None,
         Some(c) => {
-            c.check(enc, &cfg.pooling, &crate::Silent)?;
+            c.check(enc, &chosen, &crate::Silent)?;
             if c.meta.weighting.is_some() {
                 return Err(unsupported(format!(
                     "the calibrator {} was fitted with token weighting",

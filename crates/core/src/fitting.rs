@@ -14,7 +14,7 @@ use crate::weighting::{to_meta, Weighting};
 use bertflow_calib::{
     fit_from_moments, CalibSpec, Calibrator, CalibratorMeta, Fitted, MomentStats,
 };
-use bertflow_encoder::{Encoder, PoolSource, Pooling};
+use bertflow_encoder::Pooling;
 use std::path::{Path, PathBuf};
 
 /// Rows read at a time.
@@ -107,7 +107,7 @@ pub fn fit_sentences(
     if sentences.is_empty() {
         bail!("the fit corpus is empty");
     }
-    check_weighting(&embedder.encoder, pooling, weighting)?;
+    weighting.check_pooling(&embedder.encoder, pooling)?;
     let weights = weighting.weights(&embedder.encoder, sentences)?;
     let w = weights.as_ref();
     let progress = &*embedder.progress;
@@ -166,22 +166,6 @@ pub fn needs_rows(spec: &CalibSpec) -> bool {
 /// The seed a `--sample` is drawn with: the flow's, else 42.
 fn sample_seed(spec: &CalibSpec) -> u64 {
     spec.seed().unwrap_or(42)
-}
-
-/// A weighting other than the plain mean needs an averaging pooling.
-pub fn check_weighting(enc: &Encoder, pooling: &Pooling, weighting: &Weighting) -> Result<()> {
-    if !weighting.is_plain_mean()
-        && !matches!(
-            crate::st_pipeline::source(enc, pooling)?,
-            PoolSource::Mean(_)
-        )
-    {
-        bail!(
-            "weighting {} applies to the averaging poolings (last-avg, first-last-avg, emb-avg, ...), not {pooling}",
-            weighting.spec
-        );
-    }
-    Ok(())
 }
 
 /// Moment statistics of every row of the file, one chunk at a time.

@@ -207,7 +207,7 @@ impl Grid<'_> {
         }
         if weighted {
             for p in self.poolings {
-                crate::fitting::check_weighting(&self.embedder.encoder, p, &self.weighting)?;
+                self.weighting.check_pooling(&self.embedder.encoder, p)?;
             }
             return self.encode_weighted(eval_sentences, fit_sets);
         }

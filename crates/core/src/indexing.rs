@@ -2,45 +2,12 @@
 //! once with a model, pooling and optional calibrator, written to one
 //! checksummed file ([`bertflow_index`]) that `serve --index` memory-maps, and an
 //! optional HNSW graph next to it.
-use crate::calibration::{model_identity, LoadedCalibrator};
 use crate::error::{Context, Result};
 use crate::pipeline::Pipeline;
 use crate::progress::Progress;
-use bertflow_calib::Calibrator;
-use bertflow_encoder::{Encoder, Pooling};
-use bertflow_index::{Ann, AnnParams, Identity, Index, IndexWriter};
+use bertflow_index::{Ann, AnnParams, Index, IndexWriter};
 use std::path::Path;
 use std::sync::Arc;
-
-/// The identity of the vectors this encoder, pooling and calibrator make: what
-/// an index records and what `serve --index` compares. The calibrator is named
-/// by its description and a hash of its file, so a refitted calibrator (other
-/// vectors) is another identity even with the same description.
-pub fn index_identity(
-    encoder: &Encoder,
-    pooling: &Pooling,
-    calibrator: Option<&LoadedCalibrator>,
-) -> Result<Identity> {
-    let dimension = match calibrator {
-        Some(c) => c.fitted.output_dim(),
-        None => crate::st_pipeline::dim(encoder, pooling)?,
-    };
-    let calibrator = match calibrator {
-        Some(c) => Some(format!(
-            "{} {}",
-            c.describe(),
-            bertflow_index::file_digest(&c.path)?
-        )),
-        None => None,
-    };
-    Ok(Identity {
-        model: model_identity(encoder),
-        pooling: pooling.to_string(),
-        calibrator,
-        dimension,
-        precision: encoder.precision().to_string(),
-    })
-}
 
 /// Embed `texts` `chunk` sentences at a time through `pipeline` (its pooling,
 /// token weights and calibrator) and write each chunk as a segment of

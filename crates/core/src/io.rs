@@ -95,30 +95,41 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     Ok(Input { texts, lines })
 }
 
-/// Write `m` by the extension of `path`: .npy, .jsonl or .safetensors.
+/// One JSON object a row: `index`, 1-based input `line`, `text`, `embedding`.
+fn jsonl_bytes(m: &Array2<f32>, input: &Input) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for (i, row) in m.outer_iter().enumerate() {
+        let obj = serde_json::json!({
+            "index": i,
+            "line": input.lines[i],
+            "text": input.texts[i],
+            "embedding": row.to_vec(),
+        });
+        serde_json::to_writer(&mut out, &obj)?;
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+/// Write `m` by the extension of `path`: .npy, .jsonl or .safetensors; `-`
+/// writes JSONL to standard output.
 pub fn write_embeddings(
     path: &Path,
     m: &Array2<f32>,
     input: &Input,
     meta: &HashMap<String, String>,
 ) -> Result<()> {
+    if path.as_os_str() == "-" {
+        let bytes = jsonl_bytes(m, input)?;
+        let mut out = std::io::stdout().lock();
+        return std::io::Write::write_all(&mut out, &bytes)
+            .and_then(|_| std::io::Write::flush(&mut out))
+            .map_err(CoreError::io("write", Path::new("standard output")));
+    }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let bytes = match ext {
         "npy" => npy_bytes(m),
-        "jsonl" => {
-            let mut out = Vec::new();
-            for (i, row) in m.outer_iter().enumerate() {
-                let obj = serde_json::json!({
-                    "index": i,
-                    "line": input.lines[i],
-                    "text": input.texts[i],
-                    "embedding": row.to_vec(),
-                });
-                serde_json::to_writer(&mut out, &obj)?;
-                out.push(b'\n');
-            }
-            out
-        }
+        "jsonl" => jsonl_bytes(m, input)?,
         "safetensors" => {
             let data: Vec<u8> = m.iter().flat_map(|v| v.to_le_bytes()).collect();
             let view = safetensors::tensor::TensorView::new(
@@ -129,7 +140,7 @@ pub fn write_embeddings(
             safetensors::tensor::serialize([("embeddings", view)], Some(meta.clone()))?
         }
         _ => bail!(
-            "unknown output format '{}': use .npy, .jsonl or .safetensors",
+            "unknown output format '{}': use .npy, .jsonl or .safetensors (or - for JSONL on standard output)",
             path.display()
         ),
     };

@@ -25,6 +25,7 @@
 pub mod analyze;
 pub mod bench;
 pub mod calibration;
+pub mod defaults;
 pub mod embedder;
 pub mod error;
 pub mod export;
@@ -34,6 +35,7 @@ pub mod grid;
 pub mod indexing;
 pub mod io;
 pub mod matrix_file;
+pub mod parse;
 pub mod pipeline;
 pub mod progress;
 pub mod report;
@@ -70,22 +72,4 @@ pub fn write_file(path: &std::path::Path, bytes: impl AsRef<[u8]>) -> Result<()>
     Ok(bertflow_durable::write(path, bytes)?)
 }
 
-/// Splits a comma-separated list of calibrator specs, where the options of a spec
-/// may follow it with commas too: `none,flow:levels=2,steps=2,whiten` is none, the
-/// flow with both options, and whiten (an item `key=value` without `:` continues
-/// the previous spec). Empty items are kept (as empty strings) for the caller to
-/// reject.
-pub fn split_spec_list(s: &str) -> Vec<String> {
-    let mut items: Vec<String> = Vec::new();
-    for piece in s.split(',') {
-        let p = piece.trim();
-        match items.last_mut() {
-            Some(last) if p.contains('=') && !p.contains(':') => {
-                last.push(',');
-                last.push_str(p);
-            }
-            _ => items.push(p.to_string()),
-        }
-    }
-    items
-}
+pub use parse::split_spec_list;

@@ -13,9 +13,7 @@ use crate::error::Result;
 use crate::progress::SharedProgress;
 use crate::weighting::{Adopt, Weighting};
 use bertflow_calib::{Calibrator, WeightingMeta};
-use bertflow_encoder::{
-    EncodeOptions, Encoder, PoolSource, Pooling, Precision, TokenWeights, WeightingSpec,
-};
+use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling, TokenWeights};
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -32,13 +30,16 @@ pub struct PipelineConfig {
     #[cfg_attr(feature = "clap", command(flatten))]
     #[serde(flatten)]
     pub model: EmbedderConfig,
-    /// Pooling; see `bertflow poolings`.
+    /// Pooling; see `bertflow poolings` [default: the calibrator file's pooling; else
+    /// `st` for a sentence-transformers directory whose modules change the vectors
+    /// beyond mean pooling (a Dense module, bertflow's calibrator, another pooling
+    /// mode: an exported directory); else last-avg].
     #[cfg_attr(
         feature = "clap",
-        arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)
+        arg(long, short = 'p', value_parser = crate::parse::parse_pooling)
     )]
-    #[serde(with = "as_str")]
-    pub pooling: Pooling,
+    #[serde(with = "crate::parse::opt_str")]
+    pub pooling: Option<Pooling>,
     /// Calibrator file (from `bertflow fit`) applied to every vector.
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     pub calibrator: Option<PathBuf>,
@@ -55,7 +56,7 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         Self {
             model: EmbedderConfig::default(),
-            pooling: Pooling::LastAvg,
+            pooling: None,
             calibrator: None,
             allow_mismatch: false,
             weighting: Weighting::default(),
@@ -73,13 +74,87 @@ impl PipelineConfig {
             .map(|p| LoadedCalibrator::open(p, self.allow_mismatch))
             .transpose()?;
         let embedder = self.model.load(progress)?;
-        Pipeline::new(
-            embedder,
-            self.pooling.clone(),
-            calibrator,
-            self.weighting.clone(),
-        )
+        let pooling = resolve_pooling(
+            &embedder.encoder,
+            self.pooling.as_ref(),
+            calibrator.as_ref(),
+            self.allow_mismatch,
+            &*embedder.progress,
+        )?;
+        Pipeline::new(embedder, pooling, calibrator, self.weighting.clone())
     }
+}
+
+/// The pooling used when none is asked for and nothing else decides.
+pub const DEFAULT_POOLING: Pooling = Pooling::LastAvg;
+
+/// The pooling a pipeline runs (files carry their settings):
+/// - the one asked for, which must be the calibrator file's (unless
+///   `allow_mismatch`);
+/// - else the calibrator file's;
+/// - else `st` when the model is a sentence-transformers directory whose modules
+///   change the vectors beyond mean pooling (see [`st_changes_vectors`]), with
+///   a note: its plain mean would silently skip them;
+/// - else [`DEFAULT_POOLING`].
+pub fn resolve_pooling(
+    enc: &Encoder,
+    given: Option<&Pooling>,
+    calibrator: Option<&LoadedCalibrator>,
+    allow_mismatch: bool,
+    progress: &dyn crate::Progress,
+) -> Result<Pooling> {
+    let recorded = calibrator.and_then(|c| {
+        c.meta
+            .pooling
+            .parse::<Pooling>()
+            .ok()
+            .map(|p| (p, c.path.display().to_string()))
+    });
+    match (given, recorded) {
+        (Some(p), Some((file, path))) if *p != file && !allow_mismatch => {
+            Err(crate::CoreError::setting(
+                "pooling",
+                format!(
+                    "the calibrator {path} was fitted with pooling {file}, not {p}: leave \
+                     pooling unset to use the file's, or set allow_mismatch"
+                ),
+            ))
+        }
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some((file, _))) => Ok(file),
+        (None, None) => {
+            if let Some(why) = st_changes_vectors(enc) {
+                progress.note(&format!(
+                    "note: model {} is a sentence-transformers directory with {why}: using pooling \
+                     st (its own pipeline); set pooling to last-avg for the plain mean",
+                    enc.model_id()
+                ));
+                Ok(Pooling::St)
+            } else {
+                Ok(DEFAULT_POOLING)
+            }
+        }
+    }
+}
+
+/// What in `enc`'s sentence-transformers pipeline (`modules.json`) changes the
+/// vectors beyond the plain mean of the last layer (normalising excepted, which
+/// keeps every cosine): `None` when there is no such pipeline or it is mean
+/// pooling (and `Normalize`) only, as in all-MiniLM-L6-v2's own directory.
+pub fn st_changes_vectors(enc: &Encoder) -> Option<String> {
+    use bertflow_encoder::st::{Mode, Step};
+    let spec = enc.st_spec().ok()?;
+    spec.steps.iter().find_map(|step| match step {
+        Step::Pool(modes) if modes.as_slice() == [Mode::Mean] => None,
+        Step::Normalize => None,
+        Step::Pool(modes) => Some(format!("pooling modes {modes:?}")),
+        Step::Source(s) => Some(format!("bertflow's pooling {}", s.key())),
+        Step::Dense(d) => Some(format!(
+            "a Dense module ({} -> {})",
+            d.in_features, d.out_features
+        )),
+        Step::Calibrator(_) | Step::Map(_) => Some("bertflow's calibrator module".to_string()),
+    })
 }
 
 /// A loaded model with its pooling, token weights and calibrator, checked
@@ -147,7 +222,7 @@ impl Pipeline {
                 weighting.adopt(c.weights()?, Adopt::Unless(&c.path))?
             }
             None => {
-                crate::fitting::check_weighting(&embedder.encoder, &pooling, &weighting)?;
+                weighting.check_pooling(&embedder.encoder, &pooling)?;
                 if weighting.needs_corpus() {
                     None
                 } else {
@@ -281,6 +356,15 @@ impl Pipeline {
         })
     }
 
+    /// Scales every row to unit length (after the calibrator: cosine becomes
+    /// a dot product); a zero row stays zero (torch's `F.normalize`).
+    pub fn normalize(m: &mut Array2<f32>) {
+        for mut row in m.rows_mut() {
+            let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+    }
+
     /// Applies the calibrator (if any) to raw embeddings.
     pub fn calibrate(&self, raw: Array2<f32>) -> Result<Array2<f32>> {
         match &self.calibrator {
@@ -337,11 +421,21 @@ impl Pipeline {
     /// The identity of the vectors it makes, as a `bertflow index` records it.
     #[cfg(feature = "index")]
     pub fn identity(&self) -> Result<bertflow_index::Identity> {
-        crate::indexing::index_identity(
-            &self.embedder.encoder,
-            &self.pooling,
-            self.calibrator.as_ref(),
-        )
+        let calibrator = match &self.calibrator {
+            Some(c) => Some(format!(
+                "{} {}",
+                c.describe(),
+                bertflow_index::file_digest(&c.path)?
+            )),
+            None => None,
+        };
+        Ok(bertflow_index::Identity {
+            model: model_identity(&self.embedder.encoder),
+            pooling: self.pooling.to_string(),
+            calibrator,
+            dimension: self.dimension(),
+            precision: self.embedder.encoder.precision().to_string(),
+        })
     }
 
     pub fn encoder(&self) -> &Encoder {
@@ -375,41 +469,4 @@ impl Pipeline {
     pub fn into_parts(self) -> (Embedder, Option<LoadedCalibrator>) {
         (self.embedder, self.calibrator)
     }
-}
-
-/// A value as its `Display` string and back through `FromStr` (poolings,
-/// precisions, weighting specs in JSON configs).
-pub mod as_str {
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-    use std::fmt::Display;
-    use std::str::FromStr;
-
-    pub fn serialize<T: Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(v)
-    }
-
-    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
-    where
-        T: FromStr,
-        T::Err: Display,
-        D: Deserializer<'de>,
-    {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(D::Error::custom)
-    }
-}
-
-/// Parses a pooling for the command line.
-pub fn parse_pooling(s: &str) -> Result<Pooling, String> {
-    s.parse::<Pooling>().map_err(|e| e.to_string())
-}
-
-/// Parses a precision for the command line.
-pub fn parse_precision(s: &str) -> Result<Precision, String> {
-    s.parse::<Precision>().map_err(|e| e.to_string())
-}
-
-/// Parses a weighting spec for the command line.
-pub fn parse_weighting(s: &str) -> Result<WeightingSpec, String> {
-    s.parse::<WeightingSpec>().map_err(|e| e.to_string())
 }

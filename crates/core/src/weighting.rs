@@ -4,7 +4,7 @@
 //! applies the weighting a calibrator was fitted with.
 use crate::error::{Context, Result};
 use bertflow_calib::WeightingMeta;
-use bertflow_encoder::{Encoder, TokenCounts, TokenWeights, WeightingSpec};
+use bertflow_encoder::{Encoder, PoolSource, Pooling, TokenCounts, TokenWeights, WeightingSpec};
 use std::path::PathBuf;
 
 /// A weighting and where its frequencies come from. With core's `clap`
@@ -22,9 +22,9 @@ pub struct Weighting {
     /// it (weights included), and encode, eval and serve apply it.
     #[cfg_attr(
         feature = "clap",
-        arg(id = "weighting", long = "weighting", default_value = "mean", value_name = "SPEC", value_parser = crate::pipeline::parse_weighting)
+        arg(id = "weighting", long = "weighting", default_value = "mean", value_name = "SPEC", value_parser = crate::parse::parse_weighting)
     )]
-    #[serde(rename = "weighting", with = "crate::pipeline::as_str")]
+    #[serde(rename = "weighting", with = "crate::parse::as_str")]
     pub spec: WeightingSpec,
     /// Word-piece frequencies for --weighting: one `piece<TAB>count` line per word
     /// piece of the model's vocabulary (pieces it lacks are skipped), and
@@ -124,6 +124,22 @@ impl Weighting {
             }
         }
         Ok(own)
+    }
+
+    /// A weighting other than the plain mean needs an averaging pooling.
+    pub fn check_pooling(&self, enc: &Encoder, pooling: &Pooling) -> Result<()> {
+        if !self.is_plain_mean()
+            && !matches!(
+                crate::st_pipeline::source(enc, pooling)?,
+                PoolSource::Mean(_)
+            )
+        {
+            crate::bail!(
+                "weighting {} applies to the averaging poolings (last-avg, first-last-avg, emb-avg, ...), not {pooling}",
+                self.spec
+            );
+        }
+        Ok(())
     }
 
     /// Whether the weights are known without a corpus: the plain mean, fixed

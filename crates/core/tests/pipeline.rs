@@ -290,7 +290,7 @@ fn the_config_reads_and_writes_json() {
     }))
     .unwrap();
     assert_eq!(cfg.model.model, "some/model");
-    assert_eq!(cfg.pooling.to_string(), "first-last-avg");
+    assert_eq!(cfg.pooling.as_ref().unwrap().to_string(), "first-last-avg");
     assert_eq!(cfg.model.precision.to_string(), "int8");
     assert_eq!(cfg.model.batch_size, 8);
     assert_eq!(cfg.weighting.spec, "sif:a=0.0001".parse().unwrap());

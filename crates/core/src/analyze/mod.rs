@@ -129,7 +129,7 @@ pub struct AnalysisOptions {
 impl Default for AnalysisOptions {
     fn default() -> Self {
         Self {
-            data_dir: bertflow_eval::resolve_data_dir(None),
+            data_dir: crate::defaults::data_dir(None),
             kinds: parse_kinds("none,flow,whiten").expect("valid default kinds"),
             on: FitOn::Target,
             edit_unit: EditUnit::Wordpiece,

@@ -26,7 +26,8 @@ pub const DATA_ENV: &str = "BERTFLOW_DATA";
 /// Default data folder, relative to the working directory (the repository root).
 pub const DEFAULT_DATA_DIR: &str = "../shared/data/sts";
 
-const HINT: &str = "pass --data <DIR> or set BERTFLOW_DATA";
+const HINT: &str =
+    "give the data folder (the CLI's --data DIR, Python's data=DIR) or set BERTFLOW_DATA";
 
 /// Errors of loading data.
 #[derive(Debug, Error)]
