@@ -139,47 +139,85 @@ impl PyEncoder {
 
 #[pymethods]
 impl PyEncoder {
+    /// Every argument left as None takes core's default (`bertflow.defaults()`);
+    /// `calibrator` is a calibrator file's path or a fitted `Calibrator`, checked
+    /// against the model, pooling and weighting as the CLI's `--calibrator`.
     #[new]
-    #[pyo3(signature = (model, pooling, max_len=None, threads=None, cache_dir=None, precision="fp32", weighting="mean", freq_file=None))]
+    #[pyo3(signature = (model=None, pooling=None, max_len=None, threads=None, cache_dir=None, precision=None, weighting=None, freq_file=None, calibrator=None, allow_mismatch=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        model: String,
-        pooling: &str,
+        model: Option<String>,
+        pooling: Option<&str>,
         max_len: Option<usize>,
         threads: Option<usize>,
         cache_dir: Option<PathBuf>,
-        precision: &str,
-        weighting: &str,
+        precision: Option<&str>,
+        weighting: Option<&str>,
         freq_file: Option<PathBuf>,
+        calibrator: Option<&Bound<'_, PyAny>>,
+        allow_mismatch: bool,
     ) -> PyResult<Self> {
-        let pooling: Pooling = pooling.parse().map_err(errors::encoder)?;
-        if threads == Some(0) {
-            return Err(PyValueError::new_err("threads must be at least 1"));
+        let mut config = PipelineConfig::default();
+        if let Some(m) = model {
+            config.model.model = m;
         }
-        let precision: Precision = precision.parse().map_err(errors::encoder)?;
-        let spec: WeightingSpec = weighting.parse().map_err(errors::encoder)?;
-        let config = PipelineConfig {
-            model: EmbedderConfig {
-                model,
-                max_len,
-                threads,
-                no_cache: cache_dir.is_none(),
-                cache_dir,
-                precision,
-                ..Default::default()
-            },
-            pooling,
-            calibrator: None,
-            allow_mismatch: false,
-            weighting: Weighting {
-                spec,
-                freq_file,
-                fixed: None,
+        config.pooling = pooling
+            .map(str::parse::<Pooling>)
+            .transpose()
+            .map_err(errors::encoder)?;
+        config.model.max_len = max_len;
+        config.model.threads = threads;
+        config.model.no_cache = cache_dir.is_none();
+        config.model.cache_dir = cache_dir;
+        if let Some(p) = precision {
+            config.model.precision = p.parse::<Precision>().map_err(errors::encoder)?;
+        }
+        if let Some(w) = weighting {
+            config.weighting.spec = w.parse::<WeightingSpec>().map_err(errors::encoder)?;
+        }
+        config.weighting.freq_file = freq_file;
+        config.allow_mismatch = allow_mismatch;
+        // A file is opened by core (before the model loads); a Calibrator
+        // object is checked the same way once the model is there.
+        let in_memory = match calibrator {
+            None => None,
+            Some(c) => match c.cast::<PyFitted>() {
+                Ok(f) => {
+                    let f = f.borrow();
+                    Some((f.fitted.clone(), f.meta.clone()))
+                }
+                Err(_) => {
+                    config.calibrator = Some(c.extract::<PathBuf>().map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "calibrator must be a path or a bertflow Calibrator, not {}",
+                            c.get_type()
+                                .name()
+                                .map(|n| n.to_string())
+                                .unwrap_or_default()
+                        ))
+                    })?);
+                    None
+                }
             },
         };
         // Frequencies from a file are read now; from a corpus, at fit_weighting.
-        let pipeline = py.detach(|| config.open(silent())).map_err(errors::core)?;
+        let pipeline = py
+            .detach(|| {
+                let pipeline = config.open(silent())?;
+                match in_memory {
+                    None => Ok(pipeline),
+                    Some((fitted, meta)) => {
+                        pipeline.with_calibrator(Some(bertflow_core::LoadedCalibrator::from_parts(
+                            fitted,
+                            meta,
+                            "the Calibrator",
+                            allow_mismatch,
+                        )))
+                    }
+                }
+            })
+            .map_err(errors::core)?;
         let info = pipeline.info();
         let embedder = pipeline.embedder();
         let enc = &embedder.encoder;
@@ -232,27 +270,31 @@ impl PyEncoder {
         &self.precision
     }
 
-    /// Embeddings of `texts` (float32, one row per text, in order).
-    #[pyo3(signature = (texts, batch_size=32, progress=None))]
+    /// Embeddings of `texts` (float32, one row per text, in order), through
+    /// the calibrator if any; `normalize` scales each row to unit length.
+    #[pyo3(signature = (texts, batch_size=None, progress=None, normalize=false))]
     fn encode<'py>(
         &self,
         py: Python<'py>,
         texts: &Bound<'py, PyAny>,
-        batch_size: usize,
+        batch_size: Option<usize>,
         progress: Option<Py<PyAny>>,
+        normalize: bool,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        if batch_size == 0 {
-            return Err(PyValueError::new_err("batch_size must be at least 1"));
-        }
         let texts = extract_texts(texts, "texts")?;
         let progress: SharedProgress = Arc::new(CallbackProgress(progress));
         let m = self
             .with_pipeline(py, |p| {
-                p.embedder_mut().opts.batch_size = batch_size;
+                let batch = batch_size.unwrap_or(bertflow_core::defaults::BATCH_SIZE);
+                p.embedder_mut().set_batch_size(batch)?;
                 p.embedder_mut().progress = progress;
                 let r = p.encode(&texts);
                 p.embedder_mut().progress = silent();
-                r
+                let mut m = r?;
+                if normalize {
+                    Pipeline::normalize(&mut m);
+                }
+                Ok::<_, bertflow_core::CoreError>(m)
             })
             .map_err(errors::core)?;
         Ok(m.into_pyarray(py))
@@ -320,11 +362,40 @@ fn poolings() -> Vec<(&'static str, &'static str)> {
     POOLINGS.to_vec()
 }
 
+/// The `model_type`s of config.json that load (the encoder's registry).
+#[pyfunction]
+fn model_types() -> Vec<&'static str> {
+    bertflow_core::encoder::Architecture::SUPPORTED
+        .iter()
+        .map(|(name, _)| *name)
+        .collect()
+}
+
 /// The canonical name of a pooling, or ValueError.
 #[pyfunction]
 fn canonical_pooling(name: &str) -> PyResult<String> {
     let p: Pooling = name.parse().map_err(errors::encoder)?;
     Ok(p.to_string())
+}
+
+/// Every default, resolved now, as JSON (core's `defaults::defaults()`).
+#[pyfunction]
+fn defaults() -> PyResult<String> {
+    serde_json::to_string(&bertflow_core::defaults::defaults())
+        .map_err(|e| errors::calib_meta(e.to_string()))
+}
+
+/// Writes `data` to `path` through core's atomic writer.
+#[pyfunction]
+fn write_atomic(py: Python<'_>, path: PathBuf, data: Vec<u8>) -> PyResult<()> {
+    py.detach(|| bertflow_core::write_file(&path, &data))
+        .map_err(errors::core)
+}
+
+/// Adds the installed package's folder as a place to find default paths above.
+#[pyfunction]
+fn add_anchor(dir: PathBuf) {
+    bertflow_core::defaults::add_anchor(dir);
 }
 
 /// `$BERTFLOW_CACHE`, else `$XDG_CACHE_HOME/bertflow`, else `~/.cache/bertflow`.
@@ -338,5 +409,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(poolings, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_pooling, m)?)?;
     m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(model_types, m)?)?;
+    m.add_function(wrap_pyfunction!(add_anchor, m)?)?;
+    m.add_function(wrap_pyfunction!(write_atomic, m)?)?;
     Ok(())
 }

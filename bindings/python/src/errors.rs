@@ -107,7 +107,9 @@ pub fn core(e: CoreError) -> PyErr {
         CoreError::Data(inner) => data_kind(inner, msg),
         CoreError::Io { source, .. } => io_error(source, msg),
         CoreError::Write(w) => io_error(&w.source, msg),
-        CoreError::Eval(_) | CoreError::Input(_) => PyValueError::new_err(msg),
+        CoreError::Eval(_) | CoreError::Input(_) | CoreError::Setting { .. } => {
+            PyValueError::new_err(msg)
+        }
         _ => PyRuntimeError::new_err(msg),
     };
     mapped

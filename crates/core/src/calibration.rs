@@ -65,6 +65,23 @@ impl LoadedCalibrator {
         })
     }
 
+    /// A calibrator already in memory (Python's `Calibrator`, bytes shipped to
+    /// a Spark worker), checked like a file; `label` names it in messages.
+    pub fn from_parts(
+        fitted: Fitted,
+        meta: CalibratorMeta,
+        label: &str,
+        allow_mismatch: bool,
+    ) -> Self {
+        Self {
+            fitted,
+            meta,
+            path: PathBuf::from(label),
+            allow_mismatch,
+            warned: Default::default(),
+        }
+    }
+
     /// Error unless the file was fitted on this model, pooling and dimension
     /// (model and pooling may be overridden by --allow-mismatch; dimension never).
     pub fn check(&self, enc: &Encoder, pooling: &Pooling, progress: &dyn Progress) -> Result<()> {

@@ -90,10 +90,8 @@ impl EmbedderConfig {
                 Precision::Fp32 => format!("cannot load model '{}'", self.model),
                 p => format!("cannot load model '{}' ({p} precision)", self.model),
             })?;
-        let mut opts = EncodeOptions {
-            batch_size: self.batch_size.max(1),
-            ..Default::default()
-        };
+        let mut opts = EncodeOptions::default();
+        set_batch_size(&mut opts, self.batch_size)?;
         if let Some(t) = crate::defaults::threads(self.threads)? {
             opts.threads = t;
         }
@@ -113,6 +111,18 @@ impl EmbedderConfig {
     }
 }
 
+/// The one rule for a batch size: at least 1 sentence per forward pass.
+fn set_batch_size(opts: &mut EncodeOptions, n: usize) -> Result<()> {
+    if n == 0 {
+        return Err(crate::CoreError::setting(
+            "batch_size",
+            "must be at least 1, got 0",
+        ));
+    }
+    opts.batch_size = n;
+    Ok(())
+}
+
 /// The encoder plus how to run it, where to cache, and where to report progress.
 pub struct Embedder {
     pub encoder: Encoder,
@@ -130,6 +140,11 @@ impl Embedder {
             cache: None,
             progress: silent(),
         }
+    }
+
+    /// Sentences per forward pass from now on (at least 1).
+    pub fn set_batch_size(&mut self, n: usize) -> Result<()> {
+        set_batch_size(&mut self.opts, n)
     }
 
     /// Embeddings of each set for each pooling: result[set][pooling].

@@ -115,8 +115,8 @@ pub fn resolve_pooling(
             Err(crate::CoreError::setting(
                 "pooling",
                 format!(
-                    "the calibrator {path} was fitted with pooling {file}, not {p}: leave \
-                     pooling unset to use the file's, or set allow_mismatch"
+                    "the calibrator {path} was fitted with pooling {file}, not {p} (leave \
+                     the pooling unset to use the file's, or allow the mismatch)"
                 ),
             ))
         }
@@ -363,6 +363,12 @@ impl Pipeline {
             let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
             row.iter_mut().for_each(|v| *v /= norm);
         }
+    }
+
+    /// Sets (or removes) the calibrator, checked against the model, pooling and
+    /// weighting as [`Pipeline::new`] does (Python's `Encoder(calibrator=...)`).
+    pub fn with_calibrator(self, calibrator: Option<LoadedCalibrator>) -> Result<Self> {
+        Pipeline::new(self.embedder, self.pooling, calibrator, self.weighting)
     }
 
     /// Applies the calibrator (if any) to raw embeddings.

@@ -10,10 +10,11 @@ embedding function on the seven STS benchmarks with :func:`bertflow.sts.evaluate
 Quick start::
 
     import bertflow
-    enc = bertflow.Encoder("models/all-MiniLM-L6-v2", pooling="first-last-avg")
-    X = enc.encode(["A man is playing a guitar.", "A woman is slicing an onion."])
+    enc = bertflow.Encoder(pooling="first-last-avg")   # the default model
+    corpus = ["A man is playing a guitar.", "A woman is slicing an onion.",
+              "Someone plays music.", "A chef cuts vegetables.", "Two dogs run."]
     white = bertflow.Whitening().fit(enc.encode(corpus))
-    Z = white.transform(X)
+    Z = white.transform(enc.encode(["A man plays a guitar."]))
     print(bertflow.sts.evaluate(enc.encode, calibrate="whiten")["average"])
 """
 
@@ -26,6 +27,10 @@ import os as _os
 _os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 from . import _bertflow  # noqa: E402
+
+# Default paths (the model, the STS data) are also looked for above the
+# installed package, so the defaults work from any directory of a checkout.
+_bertflow.add_anchor(_os.path.dirname(_os.path.abspath(__file__)))
 from ._bertflow import CalibratorFileError  # noqa: E402
 from ._calibrators import (  # noqa: E402
     Auto,
@@ -42,7 +47,7 @@ from ._calibrators import (  # noqa: E402
     kinds,
     load,
 )
-from ._encoder import POOLINGS, Encoder, poolings  # noqa: E402
+from ._encoder import POOLINGS, Encoder, defaults, poolings  # noqa: E402
 from ._moments import MomentStats  # noqa: E402
 from . import sts  # noqa: E402
 from . import st  # noqa: E402
@@ -51,6 +56,7 @@ __version__ = _bertflow.__version__
 
 __all__ = [
     "Encoder",
+    "defaults",
     "POOLINGS",
     "poolings",
     "Calibrator",

@@ -22,17 +22,21 @@ def poolings() -> list[Tuple[str, str]]: ...
 
 class CalibratorFileError(ValueError): ...
 
+def defaults() -> dict[str, Any]: ...
+
 class Encoder:
     def __init__(
         self,
         model: Optional[_Path] = None,
-        pooling: str = "last-avg",
+        pooling: Optional[str] = None,
         max_len: Optional[int] = None,
         threads: Optional[int] = None,
         cache: Union[bool, _Path] = True,
-        precision: str = "fp32",
-        weighting: str = "mean",
+        precision: Optional[str] = None,
+        weighting: Optional[str] = None,
         freq_file: Optional[_Path] = None,
+        calibrator: Union[None, _Path, "Calibrator"] = None,
+        allow_mismatch: bool = False,
     ) -> None: ...
     def fit_weighting(self, corpus: Iterable[str]) -> "Encoder": ...
     def use_weights_of(self, calibrator: "Calibrator") -> "Encoder": ...
@@ -43,14 +47,16 @@ class Encoder:
     def encode(
         self,
         texts: Iterable[str],
-        batch_size: int = 32,
+        batch_size: Optional[int] = None,
         progress: Union[bool, Callable[[int, int], Any]] = False,
+        normalize: bool = False,
     ) -> _F32: ...
     def __call__(
         self,
         texts: Iterable[str],
-        batch_size: int = 32,
+        batch_size: Optional[int] = None,
         progress: Union[bool, Callable[[int, int], Any]] = False,
+        normalize: bool = False,
     ) -> _F32: ...
     @property
     def dimension(self) -> int: ...

@@ -5,7 +5,18 @@ import sys
 
 from . import _bertflow
 
-DEFAULT_MODEL = "models/all-MiniLM-L6-v2"
+
+def defaults():
+    """Every default bertflow uses when an argument is left out (a dict): the
+    model, pooling, precision, weighting, batch size, the seed of fit samples,
+    the STS data folder and the environment variables read. They are core's
+    (the same for the CLI, Python, the server and Spark), resolved now."""
+    import json
+
+    return json.loads(_bertflow.defaults())
+
+
+DEFAULT_MODEL = defaults()["model"]
 
 #: Every named pooling with the hidden states it reads: (name, description).
 POOLINGS = tuple(_bertflow.poolings())
@@ -35,6 +46,12 @@ class _StderrProgress:
             sys.stderr.flush()
 
 
+def _fill_doc(doc):
+    pools = "\n".join(f"            ``{name!r}``: {what}" for name, what in POOLINGS)
+    types = ", ".join(f"``{t}``" for t in _bertflow.model_types())
+    return doc.replace("{poolings}", pools).replace("{model_types}", types)
+
+
 class Encoder:
     """A frozen BERT model and one pooling: sentences in, float32 vectors out.
 
@@ -48,13 +65,15 @@ class Encoder:
             or ``vocab.txt``), a sentence-transformers directory, or a hub id
             (e.g. ``"bert-base-uncased"``) found in the local Hugging Face cache
             (nothing is downloaded). Default: ``$BERTFLOW_MODEL``, else
-            ``"models/all-MiniLM-L6-v2"``. Only ``model_type: "bert"`` loads.
-        pooling: How token vectors become one sentence vector: ``"cls"``,
-            ``"pooler"``, ``"last-avg"`` (mean pooling, the default),
-            ``"first-last-avg"`` (layers 1 and N, the BERT-flow code's
-            "last2avg"), ``"emb-last-avg"``, ``"last2-avg"``, ``"emb-avg"``
-            (non-contextual baseline) or ``"layers:i,j,..."``. See
-            :data:`bertflow.POOLINGS`.
+            ``models/all-MiniLM-L6-v2`` in the working directory or in the
+            checkout the package was installed from. config.json's
+            ``model_type`` is one of: {model_types}.
+        pooling: How token vectors become one sentence vector:
+{poolings}
+            Default: the calibrator's pooling; else ``"st"`` for a
+            sentence-transformers directory whose modules change the vectors
+            (a Dense or bertflow's calibrator: an exported directory); else
+            ``"last-avg"``.
         max_len: Truncate sentences at this many tokens, [CLS] and [SEP]
             included. Default: the model's position limit (512 for BERT).
         threads: Worker threads, each running whole batches on one core.
@@ -75,6 +94,13 @@ class Encoder:
             word-piece frequencies: ``freq_file``, or :meth:`fit_weighting` on
             a corpus, or :meth:`use_weights_of` a calibrator fitted with them.
         freq_file: ``piece<TAB>count`` lines (as the CLI's ``--freq-file``).
+        calibrator: A calibrator file (from ``bertflow fit`` or
+            ``Calibrator.save``) or a fitted :class:`bertflow.Calibrator`,
+            applied to every vector. It is checked as the CLI's
+            ``--calibrator``: fitted on this model, pooling and dimension, and
+            it brings its token weighting (another ``weighting`` is refused).
+        allow_mismatch: Use a calibrator fitted on another model or pooling
+            (never another dimension).
 
     Raises:
         FileNotFoundError: the model directory or one of its files is missing.
@@ -85,19 +111,22 @@ class Encoder:
     unpickling), so it can be shipped to worker processes.
     """
 
-    def __init__(self, model=None, pooling="last-avg", max_len=None, threads=None, cache=True,
-                 precision="fp32", weighting="mean", freq_file=None):
-        if model is None:
-            model = os.environ.get("BERTFLOW_MODEL") or DEFAULT_MODEL
-        model = os.fspath(model)
-        if not isinstance(pooling, str):
-            raise TypeError(f"pooling must be a str, not {type(pooling).__name__}")
-        if threads is None and os.environ.get("BERTFLOW_THREADS"):
-            threads = int(os.environ["BERTFLOW_THREADS"])
+    def __init__(self, model=None, pooling=None, max_len=None, threads=None, cache=True,
+                 precision=None, weighting=None, freq_file=None, calibrator=None,
+                 allow_mismatch=False):
+        # Every default (None) is core's: bertflow.defaults() shows them. Only
+        # Python types are checked here; values, ranges and the environment
+        # ($BERTFLOW_MODEL, $BERTFLOW_THREADS) are core's business.
+        if model is not None:
+            model = os.fspath(model)
+        for name, v in (("pooling", pooling), ("precision", precision),
+                        ("weighting", weighting)):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
         for name, v in (("max_len", max_len), ("threads", threads)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
                 raise TypeError(f"{name} must be an int or None, not {type(v).__name__}")
-            if v is not None and v < 1:
+            if v is not None and v < 0:
                 raise ValueError(f"{name} must be at least 1, got {v}")
         if cache is True:
             cache_dir = _bertflow.default_cache_dir()
@@ -105,14 +134,19 @@ class Encoder:
             cache_dir = None
         else:
             cache_dir = os.fspath(cache)
-        for name, v in (("precision", precision), ("weighting", weighting)):
-            if not isinstance(v, str):
-                raise TypeError(f"{name} must be a str, not {type(v).__name__}")
         if freq_file is not None:
             freq_file = os.fspath(freq_file)
-        self._args = (model, pooling, max_len, threads, cache, precision, weighting, freq_file)
+        inner_cal = calibrator
+        if calibrator is not None:
+            if hasattr(calibrator, "_fitted"):
+                inner_cal = calibrator._fitted()
+            else:
+                inner_cal = os.fspath(calibrator)
+        self._args = (model, pooling, max_len, threads, cache, precision, weighting, freq_file,
+                      calibrator, allow_mismatch)
         self._inner = _bertflow.Encoder(model, pooling, max_len, threads, cache_dir,
-                                        precision, weighting, freq_file)
+                                        precision, weighting, freq_file, inner_cal,
+                                        bool(allow_mismatch))
 
     def fit_weighting(self, corpus):
         """Counts the weighting's word-piece frequencies on ``corpus`` (a list
@@ -139,7 +173,7 @@ class Encoder:
         """``"fp32"`` or ``"int8"``."""
         return self._inner.precision
 
-    def encode(self, texts, batch_size=32, progress=False):
+    def encode(self, texts, batch_size=None, progress=False, normalize=False):
         """Embeds sentences.
 
         Args:
@@ -147,8 +181,11 @@ class Encoder:
             batch_size: Sentences per forward pass (sentences of equal token
                 length are batched together, so a sentence's vector does not
                 depend on the batch it lands in).
+                Default: ``bertflow.defaults()["batch_size"]``.
             progress: ``True`` prints progress on stderr; a callable is called
                 as ``progress(done, total)``.
+            normalize: Scale every row to unit length (after the calibrator), so
+                a dot product is the cosine.
 
         Returns:
             numpy.ndarray: float32, shape ``(len(texts), dimension)``, rows in
@@ -158,9 +195,10 @@ class Encoder:
             TypeError: ``texts`` is a str or holds a non-str item.
             ValueError: ``texts`` is empty, or ``batch_size < 1``.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        if batch_size is not None and (isinstance(batch_size, bool)
+                                       or not isinstance(batch_size, int)):
             raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 0:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if progress is True:
             cb = _StderrProgress()
@@ -170,7 +208,7 @@ class Encoder:
             cb = progress
         else:
             raise TypeError("progress must be a bool or a callable(done, total)")
-        return self._inner.encode(texts, batch_size, cb)
+        return self._inner.encode(texts, batch_size, cb, bool(normalize))
 
     __call__ = encode
 
@@ -228,3 +266,6 @@ class Encoder:
             f"max_len={self.max_len}, threads={self.threads}, precision={self.precision!r}, "
             f"weighting={self.weighting!r}, dimension={self.dimension})"
         )
+
+
+Encoder.__doc__ = _fill_doc(Encoder.__doc__)

@@ -31,7 +31,7 @@ import tempfile
 import numpy as np
 
 from . import _bertflow
-from ._encoder import DEFAULT_MODEL
+from ._encoder import defaults
 
 __all__ = ["export", "calibrate", "Calibrator"]
 
@@ -42,7 +42,7 @@ _FILE = "calibrator.safetensors"
 def export(
     output,
     model=None,
-    pooling="last-avg",
+    pooling=None,
     calibrator=None,
     normalize=False,
     max_len=None,
@@ -58,10 +58,10 @@ def export(
         output: The directory to create (it must not exist, or be empty). It
             is written beside its final place and renamed, so it appears
             complete or not at all.
-        model: The model directory (default ``$BERTFLOW_MODEL``, else
-            ``"models/all-MiniLM-L6-v2"``).
+        model: The model directory (default: ``bertflow.defaults()["model"]``).
         pooling: Any pooling but ``"pooler"``; ``"last-avg"`` and ``"cls"``
-            use sentence-transformers' own ``Pooling`` module.
+            use sentence-transformers' own ``Pooling`` module. Default: the
+            calibrator's pooling, else bertflow's default.
         calibrator: A calibrator file path, or a fitted bertflow calibrator
             (anything with ``to_bytes()``), or None for the raw pooled vectors.
             Token weighting is refused with a ``ValueError``.
@@ -77,7 +77,7 @@ def export(
         directory needs bertflow installed).
     """
     if model is None:
-        model = os.environ.get("BERTFLOW_MODEL") or DEFAULT_MODEL
+        model = defaults()["model"]
     with tempfile.TemporaryDirectory() as tmp:
         path = calibrator
         if calibrator is not None and hasattr(calibrator, "to_bytes"):
@@ -102,29 +102,104 @@ def export(
     }
 
 
-def calibrate(model, calibrator):
-    """Append a :class:`Calibrator` applying ``calibrator`` (a fitted bertflow
-    calibrator or a calibrator file) to the sentence embeddings of the
-    ``SentenceTransformer`` ``model``; returns ``model``."""
-    model.append(_calibrator_class()(calibrator))
+#: sentence-transformers' ``Pooling`` modes and the bertflow pooling each one is.
+_ST_POOLINGS = {"pooling_mode_mean_tokens": "last-avg", "pooling_mode_cls_token": "cls"}
+
+
+def _pooling_of(module):
+    """The bertflow pooling a sentence-transformers ``Pooling`` module computes,
+    or None when it is not one bertflow names (max, several modes, ...)."""
+    on = [k for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens",
+                      "pooling_mode_mean_tokens", "pooling_mode_mean_sqrt_len_tokens",
+                      "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
+          if getattr(module, k, False)]
+    return _ST_POOLINGS.get(on[0]) if len(on) == 1 else None
+
+
+def insertion_point(modules, meta):
+    """Where a calibrator with file metadata ``meta`` (its ``meta_``) goes in
+    the sentence-transformers pipeline ``modules`` (the model's modules in
+    order), so that it sees exactly the vectors it was fitted on:
+
+    - fitted with ``pooling="st"`` (on the model's whole output): at the end;
+    - fitted on ``last-avg`` or ``cls``: right after the ``Pooling`` module
+      computing that pooling, before ``Normalize``; refused when another module
+      (a ``Dense``) changes the vectors after it, or the pooling differs.
+
+    Returns the index to insert at; raises ValueError with the reason."""
+    names = [type(m).__name__ for m in modules]
+    pooling = meta.get("pooling")
+    if pooling == "st":
+        return len(modules)
+    pools = [i for i, n in enumerate(names) if n == "Pooling"]
+    if len(pools) != 1:
+        raise ValueError(
+            f"the calibrator was fitted with pooling {pooling!r}, and this model's modules "
+            f"({', '.join(names)}) have no single Pooling module to put it after; fit it with "
+            "pooling='st' (the model's own output) instead")
+    i = pools[0]
+    mine = _pooling_of(modules[i])
+    if mine != pooling:
+        raise ValueError(
+            f"the calibrator was fitted with pooling {pooling!r}, and this model pools "
+            f"{mine or 'with another mode'}: fit it on this model's pooling (or with "
+            "pooling='st')")
+    after = [n for n in names[i + 1:] if n != "Normalize"]
+    if after:
+        raise ValueError(
+            f"the calibrator was fitted on {pooling} vectors, and this model changes them "
+            f"after pooling ({', '.join(after)}): fit it with pooling='st' instead")
+    return i + 1
+
+
+def _model_name(model):
+    try:
+        name = model[0].auto_model.config._name_or_path
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    return os.path.basename(os.path.normpath(name)) if name else None
+
+
+def calibrate(model, calibrator, allow_mismatch=False):
+    """Insert a :class:`Calibrator` applying ``calibrator`` (a fitted bertflow
+    calibrator or a calibrator file) into the ``SentenceTransformer`` ``model``
+    where it sees the vectors it was fitted on (see :func:`insertion_point`:
+    after the ``Pooling`` module and before ``Normalize`` for a ``last-avg`` or
+    ``cls`` calibrator; at the end for one fitted with ``pooling="st"``), and
+    return ``model``.
+
+    Raises:
+        ValueError: the calibrator was fitted on another pooling, on vectors
+            this pipeline changes after pooling, on another dimension, or on
+            another model (by directory name; ``allow_mismatch=True`` accepts
+            that one).
+    """
+    from ._calibrators import load
+
+    cal = load(calibrator) if not hasattr(calibrator, "to_bytes") else calibrator
+    meta = dict(getattr(cal, "meta_", None) or {})
+    modules = list(model._modules.values())
+    at = insertion_point(modules, meta)
+    recorded = str(meta.get("model", "")).rsplit("@", 1)[0]
+    mine = _model_name(model)
+    if recorded and mine and recorded != mine and not meta.get("external") and not allow_mismatch:
+        raise ValueError(
+            f"the calibrator was fitted on model {recorded!r}, this is {mine!r} "
+            "(allow_mismatch=True to use it anyway)")
+    module = _calibrator_class()(cal)
+    rest = modules[at:]
+    for k in list(model._modules.keys())[at:]:
+        del model._modules[k]
+    model.append(module)
+    for m in rest:
+        model.append(m)
     return model
 
 
 def _write_atomically(path, data):
-    """``data`` to ``path`` through a temporary file in the same directory
-    (fsynced, renamed): an error leaves a file already there as it was."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """``data`` to ``path`` through core's atomic writer (temporary file,
+    fsync, rename): an error leaves a file already there as it was."""
+    _bertflow.write_atomic(os.fspath(path), bytes(data))
 
 
 def _make_calibrator_class():

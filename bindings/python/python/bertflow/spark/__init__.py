@@ -112,8 +112,9 @@ def ship_model(spark, path):
     return SPARKFILES + os.path.basename(path.rstrip(os.sep))
 
 
-def encode(df, text_col="text", *, model, pooling="last-avg", output_col="embedding",
-           batch_size=32, max_len=None, empty="error", threads=None, check_model=True):
+def encode(df, text_col="text", *, model, pooling=None, output_col="embedding",
+           batch_size=None, max_len=None, empty="error", threads=None, check_model=True,
+           calibrator=None, allow_mismatch=False):
     """Adds an embedding column (``array<float>``) computed on the executors.
 
     Each Python worker loads the model once (cached per process, the embedding
@@ -130,9 +131,17 @@ def encode(df, text_col="text", *, model, pooling="last-avg", output_col="embedd
             shared file system, the cluster image), a hub id in each executor's
             local Hugging Face cache, or the name returned by
             :func:`ship_model`.
-        pooling: As for :class:`bertflow.Encoder`.
+        pooling: As for :class:`bertflow.Encoder` (default: the calibrator's,
+            else core's default; ``bertflow.defaults()``).
         output_col: The new column (it must not exist yet).
-        batch_size: Sentences per forward pass.
+        batch_size: Sentences per forward pass (default: core's).
+        calibrator: A calibrator file or a fitted :class:`bertflow.Calibrator`
+            applied on the executors through the same pipeline as the CLI's
+            ``encode --calibrator``: it is checked against the model, pooling
+            and weighting there (a calibrator fitted on another pooling, another
+            model of the same width or with token weights is refused unless
+            ``allow_mismatch``).
+        allow_mismatch: As for :class:`bertflow.Encoder`.
         max_len: Token limit (default: the model's).
         empty: Empty or whitespace-only texts, as the CLI's ``--empty``:
             ``"error"`` (the job fails naming the row), ``"skip"`` (the row is
@@ -151,8 +160,15 @@ def encode(df, text_col="text", *, model, pooling="last-avg", output_col="embedd
         raise ValueError(f"bertflow.spark: column {output_col!r} exists already")
     if empty not in EMPTY_RULES:
         raise ValueError(f"bertflow.spark: empty must be one of {EMPTY_RULES}, got {empty!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"bertflow.spark: batch_size must be a positive int, got {batch_size!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)):
+        raise TypeError(f"bertflow.spark: batch_size must be an int, got {batch_size!r}")
+    cal_bytes = None
+    if calibrator is not None:
+        import bertflow
+
+        if not hasattr(calibrator, "to_bytes"):
+            calibrator = bertflow.load(calibrator)
+        cal_bytes = calibrator.to_bytes()
     model = os.fspath(model)
     if check_model:
         model = _resolve_model(model)
@@ -165,6 +181,8 @@ def encode(df, text_col="text", *, model, pooling="last-avg", output_col="embedd
         "batch_size": batch_size,
         "empty": empty,
         "threads": threads or _task_cpus(df.sparkSession),
+        "calibrator": cal_bytes,
+        "allow_mismatch": bool(allow_mismatch),
         "fail_once": os.environ.get(FAIL_ONCE_ENV),
         "log_stats": os.environ.get(STATS_ENV) == "1",
     }
@@ -257,8 +275,9 @@ def fit(df, col="embedding", spec="whiten", *, sample_size=DEFAULT_SAMPLE_SIZE, 
 
     The others (``flow``, ``auto``) need their sample in the driver's memory:
     fitted on ``min(sample_size, rows)`` vectors chosen by a hash of their
-    values seeded with the calibrator's ``seed`` (a flow's; 0 for kinds
-    without one), so the sample does not depend on the partitioning, in hash
+    values seeded with the calibrator's ``seed`` (a flow's; for kinds
+    without one, core's sample seed, ``bertflow.defaults()["sample_seed"]``,
+    as the CLI's ``--sample``), so the sample does not depend on the partitioning, in hash
     order. The file records the sample size
     (``fit_corpus_size``) and, when it is a sample, the number of rows it was
     drawn from (``sampled_from``). Memory: ``sample_size * dim * 4`` bytes.
@@ -283,7 +302,12 @@ def fit(df, col="embedding", spec="whiten", *, sample_size=DEFAULT_SAMPLE_SIZE, 
         raise ValueError(f"bertflow.spark: sample_size must be an int >= 2, got {sample_size!r}")
     T = _types()
     _check_column(df, col, (T.ArrayType,), "an array column of vectors")
-    X, total = _flow_sample(df, col, sample_size, int(getattr(c, "seed", 0)))
+    import bertflow
+
+    seed = getattr(c, "seed", None)
+    if seed is None:
+        seed = bertflow.defaults()["sample_seed"]
+    X, total = _flow_sample(df, col, sample_size, int(seed))
     if X.shape[0] < 2:
         raise ValueError(f"bertflow.spark: column {col!r} holds {X.shape[0]} vector(s); "
                          f"{c._kind} needs at least 2")

@@ -32,23 +32,29 @@ def parse_args(argv=None):
                    "(default: id)")
     p.add_argument("--output", required=True, help="the Parquet folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    p.add_argument("--model", default=os.environ.get("BERTFLOW_MODEL") or "models/all-MiniLM-L6-v2",
+    p.add_argument("--model", default=None,
                    help="model directory readable on every executor, or a hub id in their "
-                   "local Hugging Face cache (default: $BERTFLOW_MODEL, else "
-                   "models/all-MiniLM-L6-v2)")
+                   "local Hugging Face cache (default: bertflow's, see bertflow.defaults(): "
+                   "$BERTFLOW_MODEL, else models/all-MiniLM-L6-v2)")
     p.add_argument("--ship-model", action="store_true",
                    help="send the model directory to the executors with SparkContext.addFile "
                    "instead of reading it from a shared path")
-    p.add_argument("--pooling", default="last-avg", help="pooling (default: last-avg)")
+    p.add_argument("--pooling", default=None,
+                   help="pooling (default: the calibrator's, else bertflow's default)")
     p.add_argument("--max-len", type=int, default=None, help="token limit per sentence")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="sentences per forward pass (default: bertflow's)")
     p.add_argument("--empty", choices=_worker.EMPTY_RULES, default="error",
                    help="empty texts: error (default), skip (drop the row) or keep; a null "
                    "text gives a null embedding")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--calibrate", default="none", metavar="SPEC", help=calibrate_help())
     g.add_argument("--calibrator", metavar="FILE",
-                   help="apply this calibrator file instead of fitting one")
+                   help="apply this calibrator file instead of fitting one (checked against "
+                   "the model, pooling and weighting, as by the CLI)")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="use a --calibrator fitted on another model or pooling (never another "
+                   "dimension)")
     p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_SIZE,
                    help=f"rows a flow or auto is fitted on, collected to the driver (default: "
                    f"{DEFAULT_SAMPLE_SIZE})")
@@ -143,6 +149,9 @@ def driver_source(model, pooling, max_len):
 def main(argv=None):
     a = parse_args(argv)
     import bertflow
+
+    if a.model is None:
+        a.model = bertflow.defaults()["model"]
     from bertflow.spark import encode, fit, ship_model, transform
 
     # Bad arguments fail before the JVM starts.
@@ -170,12 +179,16 @@ def main(argv=None):
     parts = a.partitions or (2 * local_cores(spark) if local_cores(spark) else None)
     if parts:
         df = df.repartition(parts)
+    # A calibrator file runs inside the encoder's pipeline on the executors,
+    # checked there against the model, pooling and weighting (core's rules).
     emb = encode(df, a.text_col, model=model, pooling=a.pooling, max_len=a.max_len,
-                 batch_size=a.batch_size, empty=a.empty, check_model=not a.ship_model)
+                 batch_size=a.batch_size, empty=a.empty, check_model=not a.ship_model,
+                 calibrator=calibrator if a.calibrator else None,
+                 allow_mismatch=a.allow_mismatch)
     kind = calibrator._kind
     fitted = None
     if a.calibrator:
-        fitted = calibrator
+        pass
     elif kind != "none":
         from pyspark import StorageLevel
 
@@ -188,7 +201,7 @@ def main(argv=None):
                         if fitted.meta_.get("sampled_from") else ""), file=sys.stderr)
     if a.save_calibrator:
         fitted.save(a.save_calibrator)
-    out = transform(emb, "embedding", fitted) if fitted is not None else emb
+    out = transform(emb, "embedding", fitted) if fitted is not None and not a.calibrator else emb
     out.write.mode("overwrite" if a.overwrite else "error").parquet(a.output)
     t_job = time.perf_counter() - t0 - t_session
     n = spark.read.parquet(a.output).count()

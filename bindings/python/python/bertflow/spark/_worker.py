@@ -42,17 +42,21 @@ def resolve_model(model):
     return model
 
 
-def encoder(model, pooling, max_len, threads):
-    """The worker's encoder for these arguments (loaded on first use)."""
-    key = (model, pooling, max_len, threads)
+def encoder(model, pooling, max_len, threads, calibrator_bytes=None, allow_mismatch=False):
+    """The worker's encoder for these arguments (loaded on first use); with a
+    calibrator file's bytes, the pipeline applies it (core's checks of model,
+    pooling and weighting run here, as for the CLI's ``--calibrator``)."""
+    digest = hashlib.sha256(calibrator_bytes).hexdigest() if calibrator_bytes else None
+    key = (model, pooling, max_len, threads, digest, allow_mismatch)
     enc = _ENCODERS.get(key)
     if enc is None:
         import bertflow
 
         path = resolve_model(model)
+        cal = calibrator(calibrator_bytes) if calibrator_bytes else None
         try:
             enc = bertflow.Encoder(path, pooling=pooling, max_len=max_len, threads=threads,
-                                   cache=False)
+                                   cache=False, calibrator=cal, allow_mismatch=allow_mismatch)
         except FileNotFoundError as e:
             raise FileNotFoundError(
                 f"bertflow.spark: cannot load the model {model!r} on executor "
@@ -172,7 +176,8 @@ def encode_batches(batches, cfg):
         if texts:
             if enc is None:
                 t = time.perf_counter()
-                enc = encoder(cfg["model"], cfg["pooling"], cfg["max_len"], cfg["threads"])
+                enc = encoder(cfg["model"], cfg["pooling"], cfg["max_len"], cfg["threads"],
+                              cfg.get("calibrator"), cfg.get("allow_mismatch", False))
                 clock["load"] += time.perf_counter() - t
             t = time.perf_counter()
             X = enc.encode(texts, batch_size=cfg["batch_size"])
