@@ -43,19 +43,16 @@ fn fit(
     let spec = parse_spec(spec)?;
     let x = x.as_array();
     let (n, d) = x.dim();
-    let (fitted, fingerprint) = py
+    let (fitted, warnings, fingerprint) = py
         .detach(|| {
             let fp = matrix_fingerprint(n, d, x.iter().copied());
-            bertflow_core::calib::fit(&spec, x, &mut FitOptions::new()).map(|f| (f, fp))
+            bertflow_core::calibration::fit_checked(&spec, x, "fit", &bertflow_core::Silent)
+                .map(|(f, w)| (f, w, fp))
         })
-        .map_err(errors::calib)?;
-    Ok(PyFitted::external(
-        fitted,
-        &spec,
-        (n, d),
-        fingerprint,
-        label,
-    ))
+        .map_err(errors::core)?;
+    let mut out = PyFitted::external(fitted, &spec, (n, d), fingerprint, label);
+    out.meta.warnings = warnings;
+    Ok(out)
 }
 
 /// Reads a calibrator file (written by `bertflow fit` or `save`).

@@ -203,19 +203,17 @@ impl PyEncoder {
         };
         // Frequencies from a file are read now; from a corpus, at fit_weighting.
         let pipeline = py
-            .detach(|| {
-                let pipeline = config.open(silent())?;
-                match in_memory {
-                    None => Ok(pipeline),
-                    Some((fitted, meta)) => {
-                        pipeline.with_calibrator(Some(bertflow_core::LoadedCalibrator::from_parts(
-                            fitted,
-                            meta,
-                            "the Calibrator",
-                            allow_mismatch,
-                        )))
-                    }
-                }
+            .detach(|| match in_memory {
+                None => config.open(silent()),
+                Some((fitted, meta)) => config.open_with(
+                    Some(bertflow_core::LoadedCalibrator::from_parts(
+                        fitted,
+                        meta,
+                        "(a Calibrator object)",
+                        allow_mismatch,
+                    )),
+                    silent(),
+                ),
             })
             .map_err(errors::core)?;
         let info = pipeline.info();

@@ -52,6 +52,10 @@ pub struct CalibratorMeta {
     /// applied wherever the calibrator is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weighting: Option<WeightingMeta>,
+    /// What the fit warned about (too few rows for the dimensions, a flow whose
+    /// NLL got worse): kept in the file so that whoever uses it can see it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The tensor holding [`WeightingMeta::weights`] in a calibrator file.
@@ -108,6 +112,7 @@ impl CalibratorMeta {
             external: None,
             weighting: None,
             sampled_from: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -150,6 +155,7 @@ impl CalibratorMeta {
         };
         meta.seed = self.seed;
         meta.sampled_from = self.sampled_from;
+        meta.warnings = self.warnings.clone();
         meta
     }
 

@@ -26,11 +26,27 @@ pub fn fit(
     label: &str,
     progress: &dyn Progress,
 ) -> Result<Fitted> {
+    Ok(fit_checked(spec, x, label, progress)?.0)
+}
+
+/// [`fit`], with the warnings of a fit on too little data
+/// ([`small_fit_warnings`], and a flow whose training NLL got worse: its last
+/// epoch's mean above its first batch's), each also given to `progress`.
+pub fn fit_checked(
+    spec: &CalibSpec,
+    x: ArrayView2<f32>,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<(Fitted, Vec<String>)> {
     let pb = progress.bar(0, label, "steps");
+    let losses = std::sync::Mutex::new((None::<f64>, None::<f64>));
     let mut opts = FitOptions::new().with_progress(|p| {
+        let mut l = losses.lock().unwrap_or_else(|e| e.into_inner());
         if p.step == 1 {
             pb.set_length(p.total_steps as u64);
+            l.0 = Some(p.loss);
         }
+        l.1 = Some(p.running_loss);
         pb.set_position(p.step as u64);
         pb.set_message(format!("{label} nll {:.3}", p.running_loss));
     });
@@ -38,7 +54,38 @@ pub fn fit(
         .with_context(|| format!("fitting {spec} ({label})"))?;
     drop(opts);
     pb.finish();
-    Ok(fitted)
+    let mut warnings = small_fit_warnings(spec, x.nrows(), x.ncols());
+    if let (Some(a), Some(b)) = losses.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        if b > a {
+            warnings.push(format!(
+                "the flow's NLL got worse while training ({a:.3} bits/dim on its first batch, \
+                 {b:.3} on average over its last epoch): {} rows are too few for it; fit on \
+                 more sentences (thousands), or use whiten",
+                x.nrows()
+            ));
+        }
+    }
+    for w in &warnings {
+        progress.note(&format!("warning: {w}"));
+    }
+    Ok((fitted, warnings))
+}
+
+/// Warnings for a fit of `spec` on `rows` rows of `dim` dimensions: fewer rows
+/// than dimensions leave the covariance rank-deficient (whitening then keeps
+/// fewer dimensions than it was given, and every data-fitted kind is
+/// unreliable).
+pub fn small_fit_warnings(spec: &CalibSpec, rows: usize, dim: usize) -> Vec<String> {
+    // The identity needs no data; standardisation estimates each dimension alone.
+    if matches!(spec.kind(), "none" | "sn") || rows >= dim {
+        return Vec::new();
+    }
+    vec![format!(
+        "fitted on {rows} rows, fewer than their {dim} dimensions: the covariance has rank \
+         below {dim}, so the calibrator is unreliable (whitening keeps at most {} \
+         dimensions); fit on at least {dim} sentences, better several times that",
+        rows.saturating_sub(1)
+    )]
 }
 
 /// A calibrator read from a file, with its metadata.

@@ -46,6 +46,7 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
     let mut reader = MatrixReader::open(&cfg.input)?;
     let (rows, cols) = (reader.rows(), reader.cols());
     let label = cfg.spec.to_string();
+    let warnings: Vec<String>;
     let (fitted, used) = match &cfg.spec {
         spec if needs_rows(spec) => {
             let x = match cfg.sample {
@@ -64,12 +65,18 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
                 }
             };
             let n = x.nrows();
-            (calibration::fit(&cfg.spec, x.view(), &label, progress)?, n)
+            let (fitted, warned) = calibration::fit_checked(&cfg.spec, x.view(), &label, progress)?;
+            warnings = warned;
+            (fitted, n)
         }
         spec => {
             let stats = stream_moments(&mut reader, progress)?;
             let fitted = fit_from_moments(spec, &stats)
                 .with_context(|| format!("fitting {spec} on {}", cfg.input.display()))?;
+            warnings = calibration::small_fit_warnings(spec, rows, cols);
+            for w in &warnings {
+                progress.note(&format!("warning: {w}"));
+            }
             (fitted, rows)
         }
     };
@@ -84,6 +91,7 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
     if let Some(seed) = cfg.spec.seed() {
         meta = meta.with_seed(seed);
     }
+    meta.warnings = warnings;
     Ok(FitOutcome { fitted, meta })
 }
 
@@ -113,6 +121,7 @@ pub fn fit_sentences(
     let progress = &*embedder.progress;
     let label = spec.to_string();
     let dim = crate::st_pipeline::dim(&embedder.encoder, pooling)?;
+    let warnings: Vec<String>;
     let (fitted, used) = match spec {
         spec if needs_rows(spec) => {
             let picked: Vec<String> = match sample {
@@ -125,10 +134,9 @@ pub fn fit_sentences(
                 _ => sentences.to_vec(),
             };
             let x = embedder.embed_weighted(&picked, pooling, w)?;
-            (
-                calibration::fit(spec, x.view(), &label, progress)?,
-                x.nrows(),
-            )
+            let (fitted, warned) = calibration::fit_checked(spec, x.view(), &label, progress)?;
+            warnings = warned;
+            (fitted, x.nrows())
         }
         spec => {
             let mut stats = MomentStats::new(dim);
@@ -138,6 +146,10 @@ pub fn fit_sentences(
             }
             let fitted =
                 fit_from_moments(spec, &stats).with_context(|| format!("fitting {spec}"))?;
+            warnings = calibration::small_fit_warnings(spec, sentences.len(), dim);
+            for w in &warnings {
+                progress.note(&format!("warning: {w}"));
+            }
             (fitted, sentences.len())
         }
     };
@@ -154,6 +166,7 @@ pub fn fit_sentences(
         meta = meta.with_sampled_from(sentences.len());
     }
     meta.weighting = weights.map(|w| to_meta(&w, weighting.counts_from()));
+    meta.warnings = warnings;
     Ok(FitOutcome { fitted, meta })
 }
 

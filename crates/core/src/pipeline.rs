@@ -73,6 +73,17 @@ impl PipelineConfig {
             .as_deref()
             .map(|p| LoadedCalibrator::open(p, self.allow_mismatch))
             .transpose()?;
+        self.open_with(calibrator, progress)
+    }
+
+    /// [`PipelineConfig::open`] with a calibrator already loaded (Python's
+    /// `Calibrator` object, bytes shipped to a Spark worker) in place of the
+    /// `calibrator` file; the same resolution and checks.
+    pub fn open_with(
+        &self,
+        calibrator: Option<LoadedCalibrator>,
+        progress: SharedProgress,
+    ) -> Result<Pipeline> {
         let embedder = self.model.load(progress)?;
         let pooling = resolve_pooling(
             &embedder.encoder,
@@ -363,12 +374,6 @@ impl Pipeline {
             let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
             row.iter_mut().for_each(|v| *v /= norm);
         }
-    }
-
-    /// Sets (or removes) the calibrator, checked against the model, pooling and
-    /// weighting as [`Pipeline::new`] does (Python's `Encoder(calibrator=...)`).
-    pub fn with_calibrator(self, calibrator: Option<LoadedCalibrator>) -> Result<Self> {
-        Pipeline::new(self.embedder, self.pooling, calibrator, self.weighting)
     }
 
     /// Applies the calibrator (if any) to raw embeddings.

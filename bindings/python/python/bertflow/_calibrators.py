@@ -10,6 +10,7 @@ Files are the ``bertflow`` command's calibrator files.
 
 import inspect
 import json
+import warnings as _warnings
 import os
 
 import numpy as np
@@ -249,6 +250,10 @@ class Calibrator(*_BASES):
         X = as_matrix(X)
         fitted = _with_source(_bertflow.fit(self._spec(), X, None), source)
         self._set_fitted(fitted)
+        # Too few rows, a flow whose NLL got worse: core's warnings, also
+        # recorded in the file (meta_["warnings"]).
+        for w in self.meta_.get("warnings", []):
+            _warnings.warn(w, UserWarning, stacklevel=2)
         return self
 
     def _set_fitted(self, fitted):

@@ -140,8 +140,11 @@ class Encoder:
         if calibrator is not None:
             if hasattr(calibrator, "_fitted"):
                 inner_cal = calibrator._fitted()
-            else:
+            elif isinstance(calibrator, (str, bytes, os.PathLike)):
                 inner_cal = os.fspath(calibrator)
+            else:
+                raise TypeError("calibrator must be a path or a bertflow Calibrator, not "
+                                f"{type(calibrator).__name__}")
         self._args = (model, pooling, max_len, threads, cache, precision, weighting, freq_file,
                       calibrator, allow_mismatch)
         self._inner = _bertflow.Encoder(model, pooling, max_len, threads, cache_dir,
