@@ -197,6 +197,78 @@ def usif_table():
     return compare_table(rows, "pooling + weighting + calibrator"), cmds
 
 
+CORPUS = ["A man is playing a guitar.", "A woman is slicing onions.", "A cat sleeps on the sofa.",
+          "A plane is taking off.", "The stock market fell sharply on Tuesday."]
+SERVE_REQUESTS = [
+    ("/v1/embeddings", {"input": ["A man is playing a guitar.", "A woman is slicing onions."],
+                        "dimensions": 4}),
+    ("/similarity", {"source": "A man is playing a guitar.",
+                     "targets": ["A man plays the guitar.", "A cat sleeps."]}),
+    ("/similarity", {"pairs": [["A man is playing a guitar.", "A man plays the guitar."],
+                               ["A plane is taking off.", "A cat sleeps."]]}),
+    ("/search", {"query": "someone plays an instrument", "top_k": 2}),
+    ("/search", {"queries": ["a pet is resting", "finance news"], "top_k": 1}),
+    ("/health", None),
+    ("/info", None),
+    ("/v1/embeddings", {"input": "x", "topk": 3}),
+]
+
+
+def rounded(v, digits=4):
+    if isinstance(v, float):
+        return round(v, digits)
+    if isinstance(v, list):
+        return [rounded(x, digits) for x in v]
+    if isinstance(v, dict):
+        return {k: rounded(x, digits) for k, x in v.items()}
+    return v
+
+
+def serve_samples():
+    """Start `bertflow serve` over a five-sentence corpus on a free port and send the
+    documented requests; answers with floats rounded to 4 decimals, /info without its
+    load counters (they depend on timing)."""
+    import tempfile
+    import urllib.error
+    import urllib.request
+
+    args = ["serve", "--pooling", "last-avg", "--corpus", "corpus.txt"]
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "corpus.txt").write_text("".join(c + "\n" for c in CORPUS))
+        model = os.environ.get("BERTFLOW_MODEL") or str(ROOT / "models" / "all-MiniLM-L6-v2")
+        p = subprocess.Popen([binary(), "--quiet", "serve", "--model", model, "--pooling",
+                              "last-avg", "--corpus", "corpus.txt", "--port", "0"],
+                             cwd=tmp, stderr=subprocess.PIPE, text=True)
+        try:
+            url = None
+            for line in p.stderr:
+                m = re.search(r"listening on (http://\S+)", line)
+                if m:
+                    url = m.group(1)
+                    break
+            if url is None:
+                sys.exit("gen_docs: bertflow serve did not start")
+            out = []
+            for route, body in SERVE_REQUESTS:
+                data = None if body is None else json.dumps(body).encode()
+                req = urllib.request.Request(url + route, data=data,
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=120) as r:
+                        answer = json.loads(r.read())
+                except urllib.error.HTTPError as e:
+                    answer = json.loads(e.read())
+                if route == "/info":
+                    answer.pop("load", None)
+                    answer["model"] = "models/all-MiniLM-L6-v2"
+                what = f"POST {route} {json.dumps(body)}" if body is not None else f"GET {route}"
+                out += [what, json.dumps(rounded(answer)), ""]
+        finally:
+            p.terminate()
+            p.wait(timeout=60)
+    return "\n".join(out).rstrip(), "bertflow " + " ".join(args) + " (five sentences)"
+
+
 SECTIONS = {
     # name: (generator -> (text, command), ci check -> cells or None)
     "main-table": (main_table, main_table_ci),
@@ -205,6 +277,7 @@ SECTIONS = {
     "advice-last-avg": (advice("last-avg"), None),
     "advice-cls": (advice("cls"), None),
     "usif-table": (usif_table, None),
+    "serve-samples": (serve_samples, "same"),
 }
 
 # ---- blocks in the docs ------------------------------------------------------------
@@ -302,19 +375,21 @@ def compare_cells_to_doc(name, doc_cells, fresh):
     return problems
 
 
+TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[^\s\d-]+|-")
+
+
 def token_problems(name, doc, fresh):
-    """Two texts must match word for word; numbers within one unit of the last digit."""
-    a, b = doc.split(), fresh.split()
+    """Two texts must match token for token; numbers within one unit of the last digit."""
+    a, b = TOKEN.findall(doc), TOKEN.findall(fresh)
     if len(a) != len(b):
         return [f"{name}: the text changed:\n--- docs\n{doc}\n--- binary\n{fresh}"]
     problems = []
     for x, y in zip(a, b):
         if x == y:
             continue
-        nx, ny = x.strip(".,;()"), y.strip(".,;()")
-        if NUM.match(nx) and NUM.match(ny):
-            tol = 10 ** -len(nx.partition(".")[2]) + 1e-9
-            if abs(float(nx) - float(ny)) <= tol:
+        if NUM.match(x) and NUM.match(y):
+            tol = 10 ** -len(x.partition(".")[2]) + 1e-9
+            if abs(float(x) - float(y)) <= tol:
                 continue
         problems.append(f"{name}: docs say {x!r}, the binary {y!r}")
     return problems
@@ -341,7 +416,7 @@ def check(subset):
             checked += len(fresh)
             continue
         text, _ = gen()
-        if name.startswith("advice"):
+        if name.startswith(("advice", "serve")):
             problems += token_problems(name, doc, text)
             checked += 1
         else:
