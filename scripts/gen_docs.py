@@ -100,7 +100,7 @@ def label(row):
     name = row["pooling"]
     w = row.get("weighting")
     if w and w != "mean":
-        name += f" + {w}"
+        name += " + " + w.replace(":special=drop,punct=drop", "")  # the defaults
     return f"{name} + {row['calibrator'] or 'none'}"
 
 
@@ -260,13 +260,14 @@ def serve_samples():
                     answer = json.loads(e.read())
                 if route == "/info":
                     answer.pop("load", None)
-                    answer["model"] = "models/all-MiniLM-L6-v2"
+                if isinstance(answer, dict) and answer.get("model") == model:
+                    answer["model"] = "models/all-MiniLM-L6-v2"  # as run from the checkout
                 what = f"POST {route} {json.dumps(body)}" if body is not None else f"GET {route}"
                 out += [what, json.dumps(rounded(answer)), ""]
         finally:
             p.terminate()
             p.wait(timeout=60)
-    return "\n".join(out).rstrip(), "bertflow " + " ".join(args) + " (five sentences)"
+    return "\n".join(out).rstrip(), "bertflow " + " ".join(args)
 
 
 SECTIONS = {
