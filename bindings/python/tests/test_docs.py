@@ -227,3 +227,34 @@ def test_doc_numbers_match_the_binary_ci(doc_cache):
 def test_doc_numbers_match_the_binary_full(doc_cache):
     p = _gen_docs(doc_cache, "--check", "--subset", "full")
     assert p.returncode == 0, f"scripts/gen_docs.py --check --subset full:\n{p.stdout}\n{p.stderr}"
+
+
+def _gen_docs_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gen_docs_check_catches_a_moved_number():
+    """The comparison --check uses: rounding passes, a real move fails, flow cells get 0.06."""
+    g = _gen_docs_module()
+    blocks = g.find_blocks()
+    assert {"main-table", "analyze-emb-avg", "serve-samples"} <= set(blocks), sorted(blocks)
+    doc = g.parse_table(g.code_of(blocks["main-table"][0][1]))
+    assert len(doc) == 15 * 8, len(doc)  # 15 rows, 7 tasks and the average
+    fresh = {k: v for k, (v, _) in doc.items()}
+    assert g.compare_cells_to_doc("t", doc, fresh) == []
+    none, flow = ("emb-avg + none", "STS12"), ("emb-avg + flow", "STS12")
+    assert g.compare_cells_to_doc("t", doc, {none: fresh[none] + 0.01}) == []  # rounding
+    assert len(g.compare_cells_to_doc("t", doc, {none: fresh[none] + 0.02})) == 1
+    assert g.compare_cells_to_doc("t", doc, {flow: fresh[flow] - 0.05}) == []
+    assert len(g.compare_cells_to_doc("t", doc, {flow: fresh[flow] - 0.07})) == 1
+    assert len(g.compare_cells_to_doc("t", doc, {("emb-avg + sn", "STS99"): 1.0})) == 1
+    text = g.code_of(blocks["serve-samples"][0][1])
+    assert g.token_problems("t", text, text) == []
+    moved = text.replace('"score": 0.6612', '"score": 0.6634', 1)
+    assert moved != text and len(g.token_problems("t", text, moved)) == 1
+    assert g.token_problems("t", text, text.replace("0.6612", "0.6613", 1)) == []
