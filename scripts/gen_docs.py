@@ -14,7 +14,8 @@ the current binary's ``--json`` output, with the CPU it ran on:
 the fresh one by more than rounding (one unit in the last printed digit), or, for a
 BERT-flow number, by more than the spread of the flow's fit across CPU kinds (0.06 on
 a Spearman x100 score, measured between AMD Zen 4 and Zen 5; the same share of other
-scales: 0.0006 on a cosine or share, 0.6 on an effective rank). The ``ci`` subset
+scales: 0.0006 on a cosine or share, 0.6 on an effective rank); int8 rows get the same
+tolerance (the int8 kernel differs between CPUs). The ``ci`` subset
 reruns only cheap commands (emb-avg needs no transformer layer; last-avg on STS16
 alone) and compares the cells they give.
 
