@@ -36,3 +36,6 @@ if [ "$(cat "$wstamp" 2>/dev/null)" != "$whash" ] || ! "$venv/bin/python" -c "im
   echo "$whash" >"$wstamp"
   echo "installed $(basename "$wheel") into $venv" >&2
 fi
+# `source .venv/bin/activate` puts the bertflow command on PATH beside python
+# (a link to the release binary, which scripts/setup.sh and scripts/test.sh build).
+ln -sfn "$CARGO_TARGET_DIR/release/bertflow" "$venv/bin/bertflow"

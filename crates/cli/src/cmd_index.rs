@@ -212,6 +212,10 @@ pub fn run(a: IndexArgs) -> Result<()> {
             let (_, total) = embed(&b.settings, |id| {
                 Ok(IndexWriter::create(&b.output, id.clone())?)
             })?;
+            bertflow_core::indexing::keep_calibrator(
+                &b.output,
+                b.settings.vectors.calibrator.as_deref(),
+            )?;
             println!("wrote {total} sentences to {}", b.output.display());
             if b.ann {
                 ann(&b.output, b.hnsw.params(), true)?;
@@ -220,7 +224,9 @@ pub fn run(a: IndexArgs) -> Result<()> {
                 AnnFiles::of(&b.output).remove()?;
             }
         }
-        IndexCommand::Add(add) => {
+        IndexCommand::Add(mut add) => {
+            // The pooling and calibrator the index was built with, unless given.
+            bertflow_core::indexing::adopt_index_settings(&mut add.settings.vectors, &add.index)?;
             let (added, total) =
                 embed(&add.settings, |id| Ok(IndexWriter::append(&add.index, id)?))?;
             println!(

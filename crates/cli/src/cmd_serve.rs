@@ -174,6 +174,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let mut vectors = a.vectors.clone();
     vectors.model.threads = None;
     vectors.model.no_cache = true;
+    if let Some(index) = &a.index {
+        // The pooling and calibrator the index was built with, unless given.
+        bertflow_core::indexing::adopt_index_settings(&mut vectors, index)?;
+    }
     let pipeline = open_pipeline(&vectors)?;
     let corpus = match &a.corpus {
         Some(path) => Some(

@@ -293,3 +293,76 @@ fn help_lists_each_kind_on_one_line() {
         );
     }
 }
+
+#[test]
+fn an_index_carries_its_pooling_and_calibrator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let input = sentences(dir, 60);
+    let more = dir.join("more.txt");
+    std::fs::write(&more, "A kid reads a book.\nThe market fell.\n").unwrap();
+    let cal = fit(dir, &input, "first-last-avg", "sn", "sn.safetensors");
+    let idx = s(&dir.join("c.bfi"));
+    let cache = dir.join("cache");
+    ok(&bertflow(
+        &[
+            "index",
+            "build",
+            "--corpus",
+            &input,
+            "--calibrator",
+            &cal,
+            "-o",
+            &idx,
+        ],
+        &cache,
+    ));
+    let side = dir.join("c.bfi.calibrator.safetensors");
+    assert_eq!(std::fs::read(&side).unwrap(), std::fs::read(&cal).unwrap());
+    // No --pooling, no --calibrator: both from the index.
+    let out = ok(&bertflow(
+        &[
+            "index",
+            "add",
+            "--corpus",
+            more.to_str().unwrap(),
+            "--index",
+            &idx,
+        ],
+        &cache,
+    ));
+    assert!(
+        out.contains("added 2 sentences") && out.contains("62 in all"),
+        "{out}"
+    );
+    std::fs::remove_file(&side).unwrap();
+    let err = fails(&bertflow(
+        &[
+            "index",
+            "add",
+            "--corpus",
+            more.to_str().unwrap(),
+            "--index",
+            &idx,
+        ],
+        &cache,
+    ));
+    assert!(
+        err.contains("--calibrator: the index") && err.contains("was built with calibrator sn"),
+        "{err}"
+    );
+    // Given explicitly, the same file is accepted again.
+    ok(&bertflow(
+        &[
+            "index",
+            "add",
+            "--corpus",
+            more.to_str().unwrap(),
+            "--index",
+            &idx,
+            "--calibrator",
+            &cal,
+        ],
+        &cache,
+    ));
+}

@@ -98,3 +98,60 @@ pub fn build_ann(
     bar.finish();
     Ok(built)
 }
+
+/// Where `index build --calibrator` keeps a copy of its calibrator file, so
+/// that the index carries everything that made its vectors:
+/// `NAME.bfi` -> `NAME.bfi.calibrator.safetensors`.
+pub fn calibrator_sidecar(index: &Path) -> std::path::PathBuf {
+    let mut name = index.file_name().unwrap_or_default().to_os_string();
+    name.push(".calibrator.safetensors");
+    index.with_file_name(name)
+}
+
+/// Copies `calibrator` beside `index` (atomically); without one, removes a
+/// stale copy of an earlier build.
+pub fn keep_calibrator(index: &Path, calibrator: Option<&Path>) -> Result<()> {
+    let side = calibrator_sidecar(index);
+    match calibrator {
+        Some(c) => {
+            let bytes = std::fs::read(c).map_err(crate::CoreError::io("read calibrator", c))?;
+            crate::write_file(&side, bytes)
+        }
+        None => match std::fs::remove_file(&side) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(crate::CoreError::io("remove", &side)(e))
+            }
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Fills what `config` leaves unset from what `index` records (files carry
+/// their settings): its pooling, and its calibrator (the copy `index build`
+/// kept beside it, when its digest is the one recorded). A calibrator the
+/// index records but cannot give back is an error naming the setting.
+pub fn adopt_index_settings(config: &mut crate::PipelineConfig, index: &Path) -> Result<()> {
+    let opened =
+        Index::open(index, false).with_context(|| format!("cannot open {}", index.display()))?;
+    let id = opened.identity();
+    if config.pooling.is_none() {
+        config.pooling = id.pooling.parse().ok();
+    }
+    if let (None, Some(recorded)) = (&config.calibrator, &id.calibrator) {
+        let side = calibrator_sidecar(index);
+        let same = side.is_file() && recorded.ends_with(&bertflow_index::file_digest(&side)?);
+        if !same {
+            return Err(crate::CoreError::setting(
+                "calibrator",
+                format!(
+                    "the index {} was built with calibrator {recorded}: give that file \
+                     (its copy {} is missing or another file)",
+                    index.display(),
+                    side.display()
+                ),
+            ));
+        }
+        config.calibrator = Some(side);
+    }
+    Ok(())
+}

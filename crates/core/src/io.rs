@@ -26,7 +26,7 @@ pub struct Input {
 }
 
 /// Read one sentence per line, or JSONL with a "text" field (by extension .jsonl /
-/// .ndjson, or `jsonl = true`). `-` reads standard input.
+/// .ndjson / .json, as the Spark job reads them, or `jsonl = true`). `-` reads standard input.
 pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Input> {
     let name = path.display().to_string();
     let bytes = if name == "-" {
@@ -40,7 +40,7 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     let jsonl = jsonl
         || matches!(
             path.extension().and_then(|e| e.to_str()),
-            Some("jsonl" | "ndjson")
+            Some("jsonl" | "ndjson" | "json")
         );
     let mut texts = Vec::new();
     let mut lines = Vec::new();

@@ -25,6 +25,7 @@
 pub mod analyze;
 pub mod bench;
 pub mod calibration;
+pub mod compare;
 pub mod defaults;
 pub mod embedder;
 pub mod error;
