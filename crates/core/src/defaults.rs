@@ -19,6 +19,9 @@ pub const ENV_MODEL: &str = "BERTFLOW_MODEL";
 pub const ENV_THREADS: &str = "BERTFLOW_THREADS";
 /// Environment variable naming the STS data folder.
 pub const ENV_DATA: &str = bertflow_eval::DATA_ENV;
+/// The pooling used when none is asked for and nothing else decides (see
+/// `pipeline::resolve_pooling`).
+pub const POOLING: bertflow_encoder::Pooling = bertflow_encoder::Pooling::LastAvg;
 /// Sentences per forward pass.
 pub const BATCH_SIZE: usize = 32;
 /// The seed of every sample drawn from a fit corpus (`--sample`, Spark's
@@ -128,13 +131,12 @@ pub struct Defaults {
 
 /// Every default, resolved now.
 pub fn defaults() -> Defaults {
-    let cfg = crate::PipelineConfig::default();
     Defaults {
-        model: cfg.model.model,
-        pooling: crate::pipeline::DEFAULT_POOLING.to_string(),
-        precision: cfg.model.precision.to_string(),
-        weighting: cfg.weighting.label(),
-        batch_size: cfg.model.batch_size,
+        model: model(),
+        pooling: POOLING.to_string(),
+        precision: bertflow_encoder::Precision::default().to_string(),
+        weighting: crate::weighting::Weighting::default().label(),
+        batch_size: BATCH_SIZE,
         sample_seed: SAMPLE_SEED,
         data: data_dir(None),
         env: vec![

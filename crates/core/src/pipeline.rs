@@ -97,7 +97,7 @@ impl PipelineConfig {
 }
 
 /// The pooling used when none is asked for and nothing else decides.
-pub const DEFAULT_POOLING: Pooling = Pooling::LastAvg;
+pub use crate::defaults::POOLING as DEFAULT_POOLING;
 
 /// The pooling a pipeline runs (files carry their settings):
 /// - the one asked for, which must be the calibrator file's (unless
