@@ -76,8 +76,9 @@ pub fn fit_checked(
 /// fewer dimensions than it was given, and every data-fitted kind is
 /// unreliable).
 pub fn small_fit_warnings(spec: &CalibSpec, rows: usize, dim: usize) -> Vec<String> {
-    // The identity needs no data; standardisation estimates each dimension alone.
-    if matches!(spec.kind(), "none" | "sn") || rows >= dim {
+    // The identity needs no data; standardisation estimates each dimension
+    // alone, and all-but-the-top only its few top directions.
+    if matches!(spec.kind(), "none" | "sn" | "natsv" | "sn+natsv") || rows >= dim {
         return Vec::new();
     }
     vec![format!(

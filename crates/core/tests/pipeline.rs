@@ -23,7 +23,7 @@ fn config(pooling: &str, weighting: &str) -> PipelineConfig {
             no_cache: true,
             ..Default::default()
         },
-        pooling: pooling.parse().unwrap(),
+        pooling: Some(pooling.parse().unwrap()),
         weighting: Weighting::new(weighting.parse().unwrap()),
         ..Default::default()
     }
@@ -171,8 +171,11 @@ fn a_calibrator_of_another_pooling_needs_allow_mismatch() {
     let dir = tempfile::tempdir().unwrap();
     let file = fit_file(dir.path(), "sn", "last-avg", "mean");
     let err = open_err(&with_calibrator(config("cls", "mean"), &file, false));
-    assert!(err.contains("does not fit these embeddings"), "{err}");
-    assert!(err.contains("last-avg") && err.contains("cls"), "{err}");
+    assert!(
+        err.contains("pooling: the calibrator")
+            && err.contains("fitted with pooling last-avg, not cls"),
+        "{err}"
+    );
     let p = open(&with_calibrator(config("cls", "mean"), &file, true));
     assert_eq!(p.info().pooling, "cls");
     assert_eq!(p.dimension(), 32);
@@ -304,9 +307,21 @@ fn the_config_reads_and_writes_json() {
     assert_eq!(again.model, cfg.model);
     let bad = serde_json::from_value::<PipelineConfig>(serde_json::json!({"pooling": "nope"}));
     assert!(bad.is_err());
-    // Defaults: the CLI's.
+    // Defaults: the CLI's. The pooling is left to the pipeline (the
+    // calibrator's, an exported directory's st, else last-avg); the model is
+    // found from the working directory or above the test binary.
     let d = PipelineConfig::default();
-    assert_eq!(d.pooling.to_string(), "last-avg");
-    assert_eq!(d.model.model, bertflow_core::DEFAULT_MODEL);
+    assert!(d.pooling.is_none());
+    assert_eq!(
+        bertflow_core::pipeline::DEFAULT_POOLING.to_string(),
+        "last-avg"
+    );
+    if std::env::var_os("BERTFLOW_MODEL").is_none() {
+        assert!(
+            d.model.model.ends_with(bertflow_core::DEFAULT_MODEL),
+            "{}",
+            d.model.model
+        );
+    }
     assert!(d.weighting.is_plain_mean());
 }

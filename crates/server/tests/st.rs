@@ -22,7 +22,7 @@ fn st_pipeline(dir: &std::path::Path) -> Result<Pipeline, String> {
             no_cache: true,
             ..Default::default()
         },
-        pooling: Pooling::St,
+        pooling: Some(Pooling::St),
         ..Default::default()
     }
     .open(silent())
