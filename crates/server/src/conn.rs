@@ -208,7 +208,8 @@ async fn connection(
     });
     let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
     tokio::pin!(conn);
-    let tick = (limits.header.min(limits.idle) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
+    let tick = (limits.header.min(limits.idle) / 4)
+        .clamp(Duration::from_millis(5), Duration::from_secs(1));
     let mut ticks = tokio::time::interval(tick);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut deadline: Option<Instant> = None;
@@ -386,7 +387,8 @@ pub(crate) async fn body_guard(
             })
         }
     };
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 fn closing(error: ApiError) -> Response {

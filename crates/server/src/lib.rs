@@ -216,8 +216,10 @@ fn guarded_router(state: &Arc<AppState>) -> axum::Router {
         max_body_bytes: state.config.limits.max_body_bytes,
         timeout_ms: state.config.limits.body_timeout_ms,
     };
-    routes::router(Arc::clone(state))
-        .layer(axum::middleware::from_fn_with_state(limits, conn::body_guard))
+    routes::router(Arc::clone(state)).layer(axum::middleware::from_fn_with_state(
+        limits,
+        conn::body_guard,
+    ))
 }
 
 /// Validates, embeds the corpus and starts the batcher: the state `serve` serves.
