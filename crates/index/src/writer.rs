@@ -103,6 +103,18 @@ impl IndexWriter {
         let end = index.end();
         drop(index);
         if file.metadata().map_err(io(path))?.len() > end {
+            // Only the bytes of an interrupted append are cut; a committed
+            // state with a damaged trailer is for `index verify --repair`.
+            if let crate::repair::Tail::Committed { footer: later, .. } =
+                crate::repair::tail(&file, path, &footer, end)?
+            {
+                return Err(IndexError::Corrupt(format!(
+                    "{}: the trailer of the last `index add` ({} sentences) is damaged; run `bertflow index verify --repair --index {}` first, which rewrites it",
+                    path.display(),
+                    later.footer.count,
+                    path.display()
+                )));
+            }
             file.set_len(end).map_err(io(path))?;
             file.sync_all().map_err(io(path))?;
         }
