@@ -76,11 +76,7 @@ fn is_dead_footer(gap: &[u8]) -> bool {
 }
 
 /// Check the layout of the state `l` of `map` and return its segments.
-pub(crate) fn layout(
-    map: &[u8],
-    l: &Located,
-    path: &Path,
-) -> Result<Vec<Segment>, IndexError> {
+pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment>, IndexError> {
     let footer = &l.footer;
     let footer_at = l.footer_at;
     let dimension = footer.identity.dimension;

@@ -46,7 +46,11 @@ fn every_flipped_trailer_byte_is_reported_and_repaired_without_loss() {
             matches!(&add, Some(IndexError::Corrupt(m)) if m.contains("--repair")),
             "byte {k}: {add:?}"
         );
-        assert_eq!(std::fs::read(&path).unwrap(), bad, "byte {k}: add changed the file");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bad,
+            "byte {k}: add changed the file"
+        );
 
         assert_eq!(
             repair(&path, None).unwrap(),
@@ -133,7 +137,9 @@ fn a_file_cut_rewritten_or_replaced_under_a_reader_is_noticed() {
     let other = dir.path().join("other.bfi");
     std::fs::write(&other, &good).unwrap();
     std::fs::rename(&other, &path).unwrap();
-    assert!(matches!(opened.unchanged(&path), Err(IndexError::Changed(m)) if m.contains("another file")));
+    assert!(
+        matches!(opened.unchanged(&path), Err(IndexError::Changed(m)) if m.contains("another file"))
+    );
     drop(opened);
 
     // Appended to by `index add`: modified.
@@ -141,5 +147,7 @@ fn a_file_cut_rewritten_or_replaced_under_a_reader_is_noticed() {
     let mut writer = IndexWriter::append(&path, &identity(D)).unwrap();
     writer.add(&vectors(3, D, 9), &texts(3, 2052)).unwrap();
     writer.finish().unwrap();
-    assert!(matches!(opened.unchanged(&path), Err(IndexError::Changed(m)) if m.contains("modified")));
+    assert!(
+        matches!(opened.unchanged(&path), Err(IndexError::Changed(m)) if m.contains("modified"))
+    );
 }
