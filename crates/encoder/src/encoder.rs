@@ -97,6 +97,7 @@ impl Encoder {
             return Err(EncoderError::BadMaxLen(max_len, limit));
         }
         let tokenizer = TextTokenizer::load(&files.tokenizer)?;
+        tokenizer.check_ids_within(config.vocab_size)?;
         let weights = Weights::load(&files.weights, config.architecture)?;
         let model = Model::load(&weights, config, precision)?;
         let files_fingerprint = fingerprint(&files)?;

@@ -118,6 +118,24 @@ impl TextTokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// Error unless every id the tokenizer can produce (its vocabulary and
+    /// added tokens) is a row of the model's embedding table of `vocab_size`
+    /// rows: a larger id would fail every request containing its token.
+    pub fn check_ids_within(&self, vocab_size: usize) -> Result<()> {
+        let past = self
+            .inner
+            .get_vocab(true)
+            .into_iter()
+            .filter(|&(_, id)| id as usize >= vocab_size)
+            .max_by_key(|&(_, id)| id);
+        match past {
+            None => Ok(()),
+            Some((token, id)) => Err(tok_err(format!(
+                "token {token:?} has id {id}, past the model's vocabulary of {vocab_size} (config.json vocab_size)"
+            ))),
+        }
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
