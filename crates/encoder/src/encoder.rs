@@ -220,11 +220,7 @@ impl Encoder {
         source: Option<&PoolSource>,
     ) -> Result<(Vec<u32>, bool)> {
         let (max_len, lower) = tokenization(source, self.max_len);
-        let mut ids = if lower {
-            self.tokenizer.encode(&text.to_lowercase())?
-        } else {
-            self.tokenizer.encode(text)?
-        };
+        let mut ids = self.tokenizer.encode_prefix(text, max_len, lower)?;
         let cut = self.tokenizer.truncate(&mut ids, max_len);
         Ok((ids, cut))
     }

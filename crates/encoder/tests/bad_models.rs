@@ -105,3 +105,43 @@ fn a_tokenizer_id_past_the_vocabulary_is_refused_at_load() {
         "{e}"
     );
 }
+
+#[test]
+fn a_long_text_is_cut_by_characters_with_the_same_tokens() {
+    let dir = fixture("tiny-roberta");
+    let encoder = Encoder::load(dir.to_str().unwrap(), Some(32)).unwrap();
+    let tokenizer = encoder.tokenizer();
+    let words = ["alpha", "beta", "gamma", "delta", "the", "a", "of"];
+    let mut text = String::new();
+    let mut i = 0usize;
+    while text.len() < 2_000_000 {
+        text.push_str(words[i % words.len()]);
+        text.push(if i % 11 == 0 { '\n' } else { ' ' });
+        i += 1;
+    }
+    let full = tokenizer.encode(&text).unwrap();
+    let cut = tokenizer.encode_prefix(&text, 32, false).unwrap();
+    assert!(
+        cut.len() >= 32 + bertflow_encoder::tokenize::CUT_SLACK,
+        "{}",
+        cut.len()
+    );
+    assert!(cut.len() < full.len() / 100);
+    // The kept tokens are the full text's (the last one of `cut` is its [SEP]).
+    assert!(cut[..cut.len() - 1] == full[..cut.len() - 1]);
+    let (ids, truncated) = encoder.tokenize(&text).unwrap();
+    assert!(truncated);
+    assert_eq!(ids.len(), 32);
+    assert!(ids[..31] == full[..31]);
+
+    // Mostly spaces, or one long word: the first tokens are still the full
+    // text's.
+    for odd in [
+        format!("{}{}", " ".repeat(100_000), "alpha beta ".repeat(200)),
+        format!("{} tail", "x".repeat(100_000)),
+    ] {
+        let full = tokenizer.encode(&odd).unwrap();
+        let cut = tokenizer.encode_prefix(&odd, 32, false).unwrap();
+        assert!(cut.len() >= 32 && cut[..31] == full[..31]);
+    }
+}

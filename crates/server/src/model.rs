@@ -66,8 +66,8 @@ impl EmbedBackend for ModelBackend {
         self.pipeline
             .encoder()
             .tokenizer()
-            .encode(text)
-            .map_or(self.info.max_len, |ids| ids.len())
+            .encode_prefix(text, self.info.max_len, false)
+            .map_or(self.info.max_len, |ids| ids.len().min(self.info.max_len))
     }
 
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
