@@ -135,9 +135,8 @@ impl ServeArgs {
             // A key file holds a few keys: 1 MiB is plenty.
             let bytes = bertflow_core::io::read_regular_file(path, 1 << 20, "API key file")
                 .with_context(|| format!("cannot read the API key file {}", path.display()))?;
-            let text = String::from_utf8(bytes).with_context(|| {
-                format!("the API key file {} is not UTF-8", path.display())
-            })?;
+            let text = String::from_utf8(bytes)
+                .with_context(|| format!("the API key file {} is not UTF-8", path.display()))?;
             keys.extend(
                 text.lines()
                     .map(str::trim)

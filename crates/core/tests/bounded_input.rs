@@ -23,7 +23,10 @@ fn devices_fifos_and_directories_are_refused() {
         .success());
     assert!(refused(&fifo).contains("not a regular file"));
     let e = read_regular_file(Path::new("/dev/zero"), 1 << 20, "API key file").unwrap_err();
-    assert!(e.to_string().contains("API key file is not a regular file"), "{e}");
+    assert!(
+        e.to_string().contains("API key file is not a regular file"),
+        "{e}"
+    );
 }
 
 #[test]
