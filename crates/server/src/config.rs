@@ -34,6 +34,11 @@ pub struct Limits {
     /// --max-inputs-per-request.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_queue_inputs, value_name = "N", help_heading = "Server limits"))]
     pub max_queue_inputs: usize,
+    /// Most tokens (after truncation at --max-len) waiting for a worker, over all
+    /// requests. A request whose tokens do not fit is answered 429 overloaded at once
+    /// (a request larger than this is taken when the queue is empty, and runs alone).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_queue_tokens, value_name = "TOKENS", help_heading = "Server limits"))]
+    pub max_queue_tokens: usize,
     /// Token budget of one batch: the sum over its inputs of their token counts (capped at
     /// --max-len). A single longer input still runs, alone.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_batch_tokens, value_name = "TOKENS", help_heading = "Server limits"))]
@@ -80,6 +85,7 @@ impl Default for Limits {
             max_chars_per_input: 10_000,
             max_body_bytes: 4 * 1024 * 1024,
             max_queue_inputs: 1024,
+            max_queue_tokens: 32_768,
             max_batch_tokens: 8192,
             max_batch_size: 64,
             workers: 1,
@@ -101,6 +107,7 @@ impl Limits {
             ("max_chars_per_input", self.max_chars_per_input),
             ("max_body_bytes", self.max_body_bytes),
             ("max_queue_inputs", self.max_queue_inputs),
+            ("max_queue_tokens", self.max_queue_tokens),
             ("max_batch_tokens", self.max_batch_tokens),
             ("max_batch_size", self.max_batch_size),
             ("workers", self.workers),

@@ -21,7 +21,7 @@ use serde::Serialize;
 /// | `TooManyInputs` | 413 | `invalid_request_error` | `too_many_inputs` |
 /// | `InvalidField` | 422 | `invalid_request_error` | `invalid_field` |
 /// | `InputTooLong` | 422 | `invalid_request_error` | `input_too_long` |
-/// | `Overloaded` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
+/// | `Overloaded`, `OverloadedTokens` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
 /// | `Backend` | 500 | `server_error` | `backend_error` |
 /// | `Internal` | 500 | `server_error` | `internal_error` |
 /// | `NotSupported` | 501 | `server_error` | `not_supported` |
@@ -100,6 +100,16 @@ pub enum ApiError {
         /// Inputs of the rejected request.
         requested: usize,
     },
+    /// The queue cannot take the request's tokens now.
+    #[error("server overloaded: the queue holds {queued} of at most {limit} tokens and cannot take {requested} more; retry later")]
+    OverloadedTokens {
+        /// Tokens waiting when the request arrived.
+        queued: usize,
+        /// `max_queue_tokens`.
+        limit: usize,
+        /// Tokens of the rejected request (after truncation).
+        requested: usize,
+    },
     /// The backend failed.
     #[error("embedding backend failed: {0}")]
     Backend(String),
@@ -166,7 +176,7 @@ impl ApiError {
             TooManyInputs { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "too_many_inputs"),
             InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_field"),
             InputTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "input_too_long"),
-            Overloaded { .. } => (
+            Overloaded { .. } | OverloadedTokens { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "overloaded",

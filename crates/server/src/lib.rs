@@ -102,7 +102,8 @@
 //! [`EmbedBackend::tokenize_len`] clamped to `max_len`) and
 //! [`Limits::max_batch_size`]; larger requests are split across batches
 //! and reassembled in order. The queue holds at most
-//! [`Limits::max_queue_inputs`] waiting inputs; a request that does not
+//! [`Limits::max_queue_inputs`] waiting inputs and
+//! [`Limits::max_queue_tokens`] waiting tokens; a request that does not
 //! fit is answered 429 at once (with `Retry-After: 1`). On shutdown the
 //! server stops accepting connections, answers every request already received
 //! (queued ones included), drops connections whose request is still arriving
@@ -275,6 +276,7 @@ async fn start(
             max_batch_tokens: config.limits.max_batch_tokens,
             max_batch_size: config.limits.max_batch_size,
             max_queue_inputs: config.limits.max_queue_inputs,
+            max_queue_tokens: config.limits.max_queue_tokens,
         },
         config.limits.workers,
         Arc::clone(&metrics),
