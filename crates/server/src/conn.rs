@@ -336,7 +336,9 @@ impl AsyncWrite for Guarded {
 #[derive(Clone, Copy)]
 pub(crate) struct BodyLimits {
     pub max_body_bytes: usize,
-    pub timeout_ms: u64,
+    /// `None` in-process ([`crate::App`]): no client to wait for, and the
+    /// caller's runtime may have no timer.
+    pub timeout_ms: Option<u64>,
 }
 
 /// Reads the whole request body before any handler runs: a declared
@@ -361,13 +363,12 @@ pub(crate) async fn body_guard(
         });
     }
     let (parts, body) = req.into_parts();
-    let timeout = Duration::from_millis(limits.timeout_ms);
-    let bytes = match tokio::time::timeout(
-        timeout,
-        axum::body::to_bytes(body, limits.max_body_bytes),
-    )
-    .await
-    {
+    let read = axum::body::to_bytes(body, limits.max_body_bytes);
+    let read = match limits.timeout_ms {
+        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), read).await,
+        None => Ok(read.await),
+    };
+    let bytes = match read {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(e)) => {
             // http-body-util's `LengthLimitError`, behind axum's error.
@@ -383,7 +384,7 @@ pub(crate) async fn body_guard(
         }
         Err(_) => {
             return closing(ApiError::RequestTimeout {
-                ms: limits.timeout_ms,
+                ms: limits.timeout_ms.unwrap_or_default(),
             })
         }
     };

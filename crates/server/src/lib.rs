@@ -171,7 +171,7 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let state = start(backend, config).await?;
     let limits = conn::ConnLimits::from_limits(&state.config.limits);
-    conn::serve_connections(listener, guarded_router(&state), limits, shutdown).await;
+    conn::serve_connections(listener, guarded_router(&state, true), limits, shutdown).await;
 
     // Every connection is closed, so every request has been answered: the
     // queue is empty. Stop the workers and wait for them.
@@ -202,7 +202,7 @@ impl App {
 
     /// Every route, as [`serve`] serves them.
     pub fn router(&self) -> axum::Router {
-        guarded_router(&self.state)
+        guarded_router(&self.state, false)
     }
 
     /// Stops the batcher's workers (requests still queued are answered first).
@@ -211,11 +211,12 @@ impl App {
     }
 }
 
-/// Every route behind the body guard (limit, `Expect: 100-continue`, timeout).
-fn guarded_router(state: &Arc<AppState>) -> axum::Router {
+/// Every route behind the body guard (limit, `Expect: 100-continue`, and
+/// with `timeout` the body timeout).
+fn guarded_router(state: &Arc<AppState>, timeout: bool) -> axum::Router {
     let limits = conn::BodyLimits {
         max_body_bytes: state.config.limits.max_body_bytes,
-        timeout_ms: state.config.limits.body_timeout_ms,
+        timeout_ms: timeout.then_some(state.config.limits.body_timeout_ms),
     };
     routes::router(Arc::clone(state)).layer(axum::middleware::from_fn_with_state(
         limits,
