@@ -116,7 +116,7 @@ fn a_long_text_is_cut_by_characters_with_the_same_tokens() {
     let mut i = 0usize;
     while text.len() < 2_000_000 {
         text.push_str(words[i % words.len()]);
-        text.push(if i % 11 == 0 { '\n' } else { ' ' });
+        text.push(if i.is_multiple_of(11) { '\n' } else { ' ' });
         i += 1;
     }
     let full = tokenizer.encode(&text).unwrap();
