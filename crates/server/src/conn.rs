@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
@@ -342,9 +342,11 @@ pub(crate) struct BodyLimits {
 }
 
 /// Reads the whole request body before any handler runs: a declared
-/// `Content-Length` over `max_body_bytes` is answered 413 before a byte of
-/// body is asked for (so `Expect: 100-continue` gets 413, not `100
-/// Continue`); a body that does not arrive within `body_timeout_ms` is
+/// `Content-Length` over `max_body_bytes` is answered 413: before a byte of
+/// body is asked for when the client sent `Expect: 100-continue` (so it gets
+/// 413, not `100 Continue`) or declared more than four times the limit;
+/// otherwise after reading and dropping the body, so that a client still
+/// sending it can read the answer. A body that does not arrive within `body_timeout_ms` is
 /// answered 408; a streamed body that grows past the limit, 413. The last two
 /// close the connection (the rest of the body is not read).
 pub(crate) async fn body_guard(
@@ -357,10 +359,43 @@ pub(crate) async fn body_guard(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
-        return closing(ApiError::BodyTooLarge {
-            limit: limits.max_body_bytes,
+    let too_large = ApiError::BodyTooLarge {
+        limit: limits.max_body_bytes,
+    };
+    if let Some(n) = declared.filter(|&n| n > limits.max_body_bytes as u64) {
+        let expects_continue = req
+            .headers()
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        // A client already sending a body slightly over the limit reads the
+        // answer only once its body is taken: read and drop it (bounded by
+        // four times the limit and the body timeout). One that waits for
+        // `100 Continue`, or declares more, is answered at once.
+        if expects_continue || n > (limits.max_body_bytes as u64).saturating_mul(4) {
+            return closing(too_large);
+        }
+        let mut body = req.into_body();
+        let drain = std::future::poll_fn(|cx| loop {
+            match Pin::new(&mut body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(_) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
         });
+        let drained = match limits.timeout_ms {
+            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), drain)
+                .await
+                .is_ok(),
+            None => {
+                drain.await;
+                true
+            }
+        };
+        return if drained {
+            too_large.into_response()
+        } else {
+            closing(too_large)
+        };
     }
     let (parts, body) = req.into_parts();
     let read = axum::body::to_bytes(body, limits.max_body_bytes);

@@ -164,6 +164,16 @@ async fn expect_continue_over_the_body_limit_gets_413_not_100() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["data"].as_array().unwrap().len(), 1);
 
+    // Without `Expect`, a body a little over the limit is read and dropped
+    // first, so that the client, still sending, reads the 413.
+    let mut request =
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 3000\r\n\r\n"
+            .to_vec();
+    request.extend(vec![b' '; 3000]);
+    let mut stream = send(&s, &request).await;
+    let (status, body) = parse_answer(&read_until_closed(&mut stream).await);
+    assert_error(status, &body, 413, "body_too_large");
+
     // A streamed (chunked) body that grows past the limit: 413 too.
     let mut stream = send(
         &s,
