@@ -17,6 +17,27 @@ use crate::{Calibrator, Fitted};
 pub const FORMAT_VERSION: u32 = 1;
 /// The `__metadata__` key holding the JSON header.
 pub const METADATA_KEY: &str = "bertflow_calibrator";
+/// Field of the JSON header holding the tensors' checksum: the CRC-32, 8 hex
+/// digits, over every tensor in name order (its name, then its data bytes).
+/// Checked at load; files written before it existed have none and still load.
+pub const CHECKSUM_FIELD: &str = "tensors_crc32";
+/// Most bytes of a calibrator file's safetensors header (its JSON).
+const MAX_HEADER_BYTES: u64 = 64 << 20;
+/// Most bytes of a calibrator file (a whitening of 16,384 dimensions in f64
+/// is 2 GiB).
+const MAX_FILE_BYTES: u64 = 4 << 30;
+
+/// CRC-32 over `(name, bytes)` pairs in name order.
+fn tensors_crc32<'a>(tensors: impl Iterator<Item = (&'a str, &'a [u8])>) -> String {
+    let mut sorted: Vec<_> = tensors.collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let mut hasher = crc32fast::Hasher::new();
+    for (name, bytes) in sorted {
+        hasher.update(name.as_bytes());
+        hasher.update(bytes);
+    }
+    format!("{:08x}", hasher.finalize())
+}
 const FORMAT_NAME: &str = "bertflow-calibrator";
 
 /// Where a calibrator comes from; filled by the caller, stored in the file.
@@ -223,6 +244,8 @@ struct FileHeaderRef<'a> {
     format_version: u32,
     meta: &'a CalibratorMeta,
     calibrator: &'a Fitted,
+    /// See [`CHECKSUM_FIELD`].
+    tensors_crc32: String,
 }
 
 #[derive(Deserialize)]
@@ -341,14 +364,6 @@ pub(crate) fn to_bytes(fitted: &Fitted, meta: &CalibratorMeta) -> Result<Vec<u8>
     }
     let mut meta = meta.clone();
     meta.format_version = FORMAT_VERSION;
-    let header = FileHeaderRef {
-        format: FORMAT_NAME,
-        format_version: FORMAT_VERSION,
-        meta: &meta,
-        calibrator: fitted,
-    };
-    let json = serde_json::to_string(&header)
-        .map_err(|e| CalibError::Meta(format!("cannot serialise the header: {e}")))?;
     let mut w = TensorWriter::default();
     fitted.write_tensors(&mut w);
     if let Some(wm) = &meta.weighting {
@@ -371,6 +386,19 @@ pub(crate) fn to_bytes(fitted: &Fitted, meta: &CalibratorMeta) -> Result<Vec<u8>
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| CalibError::Meta(format!("cannot build tensors: {e}")))?;
+    let header = FileHeaderRef {
+        format: FORMAT_NAME,
+        format_version: FORMAT_VERSION,
+        meta: &meta,
+        calibrator: fitted,
+        tensors_crc32: tensors_crc32(
+            w.tensors
+                .iter()
+                .map(|(name, _, _, bytes)| (name.as_str(), bytes.as_slice())),
+        ),
+    };
+    let json = serde_json::to_string(&header)
+        .map_err(|e| CalibError::Meta(format!("cannot serialise the header: {e}")))?;
     let info = HashMap::from([(METADATA_KEY.to_string(), json)]);
     safetensors::serialize(views, Some(info))
         .map_err(|e| CalibError::Meta(format!("cannot serialise tensors: {e}")))
@@ -414,6 +442,14 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
         }
         None => return Err(err("header has no format_version".into())),
     }
+    let stored_crc = value
+        .get(CHECKSUM_FIELD)
+        .map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| err(format!("{CHECKSUM_FIELD} is not a string")))
+        })
+        .transpose()?;
     let header: FileHeader =
         serde_json::from_value(value).map_err(|e| err(format!("invalid header: {e}")))?;
     let mut fitted = header.calibrator;
@@ -439,7 +475,24 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
             )));
         }
     }
+    // After the tensors were read, so that a missing or misshapen tensor is
+    // named rather than reported as a checksum mismatch.
+    let checksum = match stored_crc {
+        Some(stored) => {
+            let tensors = reader.st.tensors();
+            let actual = tensors_crc32(tensors.iter().map(|(n, t)| (n.as_str(), t.data())));
+            if actual == stored {
+                Ok(())
+            } else {
+                Err(err(format!(
+                    "the tensors' checksum is {actual}, the file records {stored}: the file is damaged"
+                )))
+            }
+        }
+        None => Ok(()),
+    };
     reader.finish()?;
+    checksum?;
     if meta.input_dim != fitted.input_dim() {
         return Err(err(format!(
             "meta.input_dim {} does not match the calibrator's input dimension {}",
@@ -460,10 +513,74 @@ pub fn save(fitted: &Fitted, path: impl AsRef<Path>, meta: &CalibratorMeta) -> R
 /// Reads a calibrator file written by [`save`].
 pub fn load(path: impl AsRef<Path>) -> Result<(Fitted, CalibratorMeta)> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| CalibError::Io {
+    let bytes = read_bounded(path)?;
+    from_bytes(&bytes, path)
+}
+
+/// The bytes of the calibrator file at `path`, read no further than its
+/// safetensors header declares: a regular file (not a device or a FIFO), a
+/// header of at most [`MAX_HEADER_BYTES`], and exactly the length the header's
+/// tensor offsets give (at most [`MAX_FILE_BYTES`]).
+fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let io = |source| CalibError::Io {
         action: "reading",
         path: path.to_path_buf(),
         source,
-    })?;
-    from_bytes(&bytes, path)
+    };
+    let err = |reason: String| CalibError::Format {
+        path: path.to_path_buf(),
+        reason,
+    };
+    // Checked before opening too: opening a FIFO waits for a writer.
+    if !std::fs::metadata(path).map_err(io)?.is_file() {
+        return Err(err("not a regular file".into()));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(err("not a regular file".into()));
+    }
+    let mut reader = file.take(MAX_FILE_BYTES);
+    let mut prefix = [0u8; 8];
+    reader
+        .read_exact(&mut prefix)
+        .map_err(|_| err("too short for a safetensors file (damaged or truncated?)".into()))?;
+    let header_len = u64::from_le_bytes(prefix);
+    if header_len > MAX_HEADER_BYTES || header_len + 8 > meta.len() {
+        return Err(err(format!(
+            "the safetensors header declares {header_len} bytes: not a safetensors file (damaged or truncated?)"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(8 + header_len as usize);
+    bytes.extend_from_slice(&prefix);
+    (&mut reader)
+        .take(header_len)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes[8..])
+        .map_err(|e| {
+            err(format!(
+                "unreadable safetensors header (damaged or truncated?): {e}"
+            ))
+        })?;
+    let data_len = header
+        .iter()
+        .filter(|(name, _)| name.as_str() != "__metadata__")
+        .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    let total = 8 + header_len + data_len;
+    if total != meta.len() || total > MAX_FILE_BYTES {
+        return Err(err(format!(
+            "the safetensors header declares {total} bytes but the file has {} (damaged or truncated?)",
+            meta.len()
+        )));
+    }
+    bytes.reserve_exact(data_len as usize);
+    reader.take(data_len).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 != total {
+        return Err(err("the file changed while it was read".into()));
+    }
+    Ok(bytes)
 }

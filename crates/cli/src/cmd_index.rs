@@ -84,6 +84,13 @@ fn repair(v: &VerifyArgs) -> Result<()> {
             "{}: removed {bytes} bytes of an interrupted `index add`; {sentences} sentences",
             v.index.display()
         ),
+        Repaired::Trailer {
+            sentences,
+            recovered,
+        } => println!(
+            "{}: rewrote the damaged trailer of the last `index add` ({recovered} sentences, every checksum matches); {sentences} sentences",
+            v.index.display()
+        ),
         Repaired::Rebuilt {
             sentences,
             segments,
@@ -262,7 +269,14 @@ pub fn run(a: IndexArgs) -> Result<()> {
             let index = v.index;
             let started = std::time::Instant::now();
             let opened = std::sync::Arc::new(Index::open(&index, true)?);
-            note_recovery(&opened);
+            if let Some(note) = opened.recovered() {
+                anyhow::bail!(
+                    "{}: every checksum of the last complete state matches ({} sentences), but {note}; run `bertflow index verify --repair --index {}`",
+                    index.display(),
+                    opened.len(),
+                    index.display()
+                );
+            }
             let graph = bertflow_core::index::Ann::load(std::sync::Arc::clone(&opened), &index)?;
             println!(
                 "{}: every checksum matches ({} sentences{}; {:.1} s)",

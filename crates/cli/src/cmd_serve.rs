@@ -132,8 +132,11 @@ impl ServeArgs {
     fn api_keys(&self) -> Result<ApiKeys> {
         let mut keys: Vec<String> = self.api_key.iter().map(|k| k.0.clone()).collect();
         if let Some(path) = &self.api_key_file {
-            let text = std::fs::read_to_string(path)
+            // A key file holds a few keys: 1 MiB is plenty.
+            let bytes = bertflow_core::io::read_regular_file(path, 1 << 20, "API key file")
                 .with_context(|| format!("cannot read the API key file {}", path.display()))?;
+            let text = String::from_utf8(bytes)
+                .with_context(|| format!("the API key file {} is not UTF-8", path.display()))?;
             keys.extend(
                 text.lines()
                     .map(str::trim)

@@ -1,8 +1,9 @@
 //! Nothing lost on a crash or a full disk, through the binary: `index add`
 //! killed (SIGKILL) at moments spread over its run, or aborted at each named
 //! crash point, leaves an index with the old or the new sentences, every
-//! checksum verified; `index verify --repair` removes what an interrupted
-//! append left; `encode` and `index build` on a full disk fail with a clear
+//! checksum verified (`index verify` exits 1 while bytes of the interrupted
+//! append are left); `index verify --repair` removes what an interrupted
+//! append left, and rewrites a damaged trailer of a committed append; `encode` and `index build` on a full disk fail with a clear
 //! error, leave no partial file and keep the file already at the path.
 mod common;
 
@@ -30,15 +31,34 @@ fn corpus(dir: &Path, name: &str, n: usize, from: usize) -> PathBuf {
     path
 }
 
-/// Sentences in the index, from `index verify` (every checksum checked).
-fn verified_count(index: &Path, cache: &Path) -> usize {
-    let out = ok(&bertflow(
+/// Sentences in the index's last complete state, from `index verify` (every
+/// checksum checked), and whether the file is clean: verify exits 0, or exits
+/// 1 when bytes past that state (an interrupted append) are left.
+fn verified(index: &Path, cache: &Path) -> (usize, bool) {
+    let out = bertflow(
         &["index", "verify", "--index", index.to_str().unwrap()],
         cache,
-    ));
-    assert!(out.contains("every checksum matches"), "{out}");
-    let n = out.split('(').nth(1).unwrap().split(' ').next().unwrap();
-    n.parse().unwrap()
+    );
+    let text = if out.status.success() {
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            stderr.contains("are not a complete state") && stderr.contains("--repair"),
+            "{stderr}"
+        );
+        stderr
+    };
+    assert!(text.contains("every checksum"), "{text}");
+    let n = text.split('(').nth(1).unwrap().split(' ').next().unwrap();
+    (n.parse().unwrap(), out.status.success())
+}
+
+/// Sentences of a clean index (verify exits 0).
+fn verified_count(index: &Path, cache: &Path) -> usize {
+    let (n, clean) = verified(index, cache);
+    assert!(clean, "{} is not clean", index.display());
+    n
 }
 
 fn s(p: &Path) -> &str {
@@ -91,7 +111,9 @@ fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
             .output()
             .unwrap();
         assert!(!out.status.success(), "{point}: did not crash");
-        assert_eq!(verified_count(&idx, &cache), want, "{point}");
+        // Clean only once the new trailer is written; before, verify reports
+        // the bytes of the interrupted append and exits 1.
+        assert_eq!(verified(&idx, &cache), (want, want == 1400), "{point}");
         std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
     }
 
@@ -112,8 +134,9 @@ fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
         std::thread::sleep(run.mul_f64(fraction));
         child.kill().unwrap();
         let status = child.wait().unwrap();
-        let n = verified_count(&idx, &cache);
+        let (n, clean) = verified(&idx, &cache);
         assert!(n == 200 || n == 1400, "killed at {fraction}: {n} sentences");
+        assert!(clean || n == 200, "killed at {fraction}");
         if status.success() {
             assert_eq!(n, 1400);
         }
@@ -134,6 +157,7 @@ fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
         String::from_utf8_lossy(&info.stderr).contains("interrupted `index add`"),
         "{info:?}"
     );
+    assert_eq!(verified(&idx, &cache), (200, false));
     let repaired = ok(&bertflow(
         &["index", "verify", "--repair", "--index", s(&idx)],
         &cache,
@@ -243,4 +267,42 @@ fn a_vanished_output_directory_is_a_clear_error() {
         err.contains("the directory does not exist") && err.contains("e.npy"),
         "{err}"
     );
+}
+
+#[test]
+fn a_flipped_trailer_byte_is_reported_and_repaired_without_losing_the_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let idx = dir.path().join("c.idx");
+    let first = corpus(dir.path(), "first.txt", 60, 0);
+    let more = corpus(dir.path(), "more.txt", 12, 60);
+    ok(&bertflow(
+        &["index", "build", "--corpus", s(&first), "--output", s(&idx)],
+        &cache,
+    ));
+    ok(&bertflow(
+        &["index", "add", "--corpus", s(&more), "--index", s(&idx)],
+        &cache,
+    ));
+    let good = std::fs::read(&idx).unwrap();
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 15] ^= 0x10; // the CRC of the last footer, in its trailer
+    std::fs::write(&idx, &bad).unwrap();
+    assert_eq!(verified(&idx, &cache), (60, false));
+    let add = bertflow(
+        &["index", "add", "--corpus", s(&more), "--index", s(&idx)],
+        &cache,
+    );
+    assert!(!add.status.success());
+    assert!(String::from_utf8_lossy(&add.stderr).contains("--repair"));
+    let repaired = ok(&bertflow(
+        &["index", "verify", "--repair", "--index", s(&idx)],
+        &cache,
+    ));
+    assert!(
+        repaired.contains("rewrote the damaged trailer") && repaired.contains("72 sentences"),
+        "{repaired}"
+    );
+    assert_eq!(std::fs::read(&idx).unwrap(), good);
 }

@@ -132,8 +132,10 @@ fn every_endpoint_and_error_class_over_http() {
             i["limits"],
             json!({
                 "max_inputs_per_request": 256, "max_chars_per_input": 10000,
-                "max_body_bytes": 4194304, "max_queue_inputs": 1024, "max_batch_tokens": 8192,
-                "max_batch_size": 64, "workers": 2, "max_top_k": 1000
+                "max_body_bytes": 4194304, "max_queue_inputs": 1024, "max_queue_tokens": 32768,
+                "max_batch_tokens": 8192, "max_batch_size": 64, "workers": 2, "max_top_k": 1000,
+                "max_connections": 512, "header_timeout_ms": 10000, "body_timeout_ms": 30000,
+                "idle_timeout_ms": 60000, "shutdown_timeout_ms": 30000
             })
         );
 

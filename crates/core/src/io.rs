@@ -19,6 +19,87 @@ pub enum EmptyLines {
     Keep,
 }
 
+/// Most bytes of one input line (a sentence, or a JSONL record). Texts are
+/// cut to the model's `max_len` tokens anyway (and by characters before
+/// tokenising, see the encoder's `encode_prefix`), so a longer line is a
+/// mistake (or not text).
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+/// Most bytes of one input (file or standard input).
+pub const MAX_INPUT_BYTES: u64 = 16 << 30;
+
+/// The bytes of the regular file at `path`, of at most `limit` bytes;
+/// `what` names it in errors. Devices (`/dev/zero`), FIFOs and directories
+/// are refused without reading them; a file growing while read is cut at
+/// `limit` + 1 bytes and refused.
+pub fn read_regular_file(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    // Checked before opening too: opening a FIFO waits for a writer.
+    let regular = |m: &std::fs::Metadata| m.is_file();
+    let before = std::fs::metadata(path).map_err(CoreError::io("read", path))?;
+    let file = if regular(&before) {
+        Some(std::fs::File::open(path).map_err(CoreError::io("read", path))?)
+    } else {
+        None
+    };
+    let meta = match &file {
+        Some(f) => f.metadata().map_err(CoreError::io("read", path))?,
+        None => before,
+    };
+    let Some(file) = file.filter(|_| regular(&meta)) else {
+        bail!(
+            "{}: the {what} is not a regular file (a device, FIFO or directory)",
+            path.display()
+        );
+    };
+    if meta.len() > limit {
+        bail!(
+            "{}: the {what} has {} bytes, more than the limit of {limit}",
+            path.display(),
+            meta.len()
+        );
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(CoreError::io("read", path))?;
+    if bytes.len() as u64 > limit {
+        bail!(
+            "{}: the {what} grew past the limit of {limit} bytes while read",
+            path.display()
+        );
+    }
+    Ok(bytes)
+}
+
+/// Standard input, line by line, within [`MAX_LINE_BYTES`] per line and
+/// [`MAX_INPUT_BYTES`] in all.
+fn read_stdin_lines() -> Result<Vec<u8>> {
+    use std::io::{BufRead, Read};
+    let mut stdin = std::io::stdin().lock();
+    let mut bytes = Vec::new();
+    let mut lineno = 0usize;
+    loop {
+        let start = bytes.len();
+        let n = (&mut stdin)
+            .take(MAX_LINE_BYTES as u64 + 2)
+            .read_until(b'\n', &mut bytes)
+            .map_err(CoreError::io("read", Path::new("standard input")))?;
+        if n == 0 {
+            return Ok(bytes);
+        }
+        lineno += 1;
+        let line = &bytes[start..];
+        let len = line.len() - usize::from(line.ends_with(b"\n"));
+        let len = len - usize::from(line[..len].ends_with(b"\r"));
+        if len > MAX_LINE_BYTES {
+            bail!("-:{lineno}: the line is longer than the limit of {MAX_LINE_BYTES} bytes");
+        }
+        if bytes.len() as u64 > MAX_INPUT_BYTES {
+            bail!("-: standard input is longer than the limit of {MAX_INPUT_BYTES} bytes");
+        }
+    }
+}
+
 /// Input sentences with their 1-based line numbers.
 pub struct Input {
     pub texts: Vec<String>,
@@ -26,16 +107,19 @@ pub struct Input {
 }
 
 /// Read one sentence per line, or JSONL with a "text" field (by extension .jsonl /
-/// .ndjson / .json, as the Spark job reads them, or `jsonl = true`). `-` reads standard input.
+/// .ndjson / .json, as the Spark job reads them, or `jsonl = true`). `-` reads
+/// standard input.
+///
+/// Bounded: a path must name a regular file (not a device such as
+/// `/dev/zero`, nor a FIFO) of at most [`MAX_INPUT_BYTES`]; standard input is
+/// read line by line and refused at the first line over [`MAX_LINE_BYTES`] or
+/// past [`MAX_INPUT_BYTES`] in all.
 pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Input> {
     let name = path.display().to_string();
     let bytes = if name == "-" {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
-            .map_err(CoreError::io("read", Path::new("standard input")))?;
-        b
+        read_stdin_lines()?
     } else {
-        std::fs::read(path).map_err(CoreError::io("read input file", path))?
+        read_regular_file(path, MAX_INPUT_BYTES, "input file")?
     };
     let jsonl = jsonl
         || matches!(
@@ -50,6 +134,12 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     }
     for (i, line) in raw.iter().enumerate() {
         let lineno = i + 1;
+        if line.len() > MAX_LINE_BYTES {
+            bail!(
+                "{name}:{lineno}: the line has {} bytes, more than the limit of {MAX_LINE_BYTES}",
+                line.len()
+            );
+        }
         let line = std::str::from_utf8(line).map_err(|e| {
             CoreError::Input(format!(
                 "{name}:{lineno}: invalid UTF-8 (byte {} of the line)",

@@ -77,6 +77,20 @@ impl ModelConfig {
         if self.hidden_size == 0 || self.vocab_size == 0 || self.intermediate_size == 0 {
             return Err("hidden_size, vocab_size and intermediate_size must be positive".into());
         }
+        if self.num_hidden_layers == 0 {
+            return Err("num_hidden_layers must be at least 1".into());
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
+            return Err(format!(
+                "the layer-norm epsilon ({}) must be a finite number above 0",
+                self.layer_norm_eps
+            ));
+        }
+        // An architecture with token types (BERT) names their count; 0 would
+        // leave the token-type table empty.
+        if self.raw.get("type_vocab_size").is_some() && self.type_vocab_size == 0 {
+            return Err("type_vocab_size must be at least 1".into());
+        }
         if self.max_tokens < 2 {
             return Err(format!(
                 "max_position_embeddings {} leaves fewer than 2 positions for tokens",

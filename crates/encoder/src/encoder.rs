@@ -97,6 +97,7 @@ impl Encoder {
             return Err(EncoderError::BadMaxLen(max_len, limit));
         }
         let tokenizer = TextTokenizer::load(&files.tokenizer)?;
+        tokenizer.check_ids_within(config.vocab_size)?;
         let weights = Weights::load(&files.weights, config.architecture)?;
         let model = Model::load(&weights, config, precision)?;
         let files_fingerprint = fingerprint(&files)?;
@@ -219,11 +220,7 @@ impl Encoder {
         source: Option<&PoolSource>,
     ) -> Result<(Vec<u32>, bool)> {
         let (max_len, lower) = tokenization(source, self.max_len);
-        let mut ids = if lower {
-            self.tokenizer.encode(&text.to_lowercase())?
-        } else {
-            self.tokenizer.encode(text)?
-        };
+        let mut ids = self.tokenizer.encode_prefix(text, max_len, lower)?;
         let cut = self.tokenizer.truncate(&mut ids, max_len);
         Ok((ids, cut))
     }

@@ -12,6 +12,13 @@ use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
 use tokenizers::Tokenizer;
 
+/// Characters kept per token of `max_len` before tokenising
+/// ([`TextTokenizer::encode_prefix`]): English text averages 4 to 5
+/// characters per WordPiece token, so 32 leaves a wide margin.
+pub const CHARS_PER_TOKEN: usize = 32;
+/// Tokens beyond `max_len` a cut text must give for the cut to be used.
+pub const CUT_SLACK: usize = 16;
+
 /// A tokenizer that yields `[CLS] ... [SEP]` (or `<s> ... </s>`) id sequences.
 pub struct TextTokenizer {
     inner: Tokenizer,
@@ -104,6 +111,40 @@ impl TextTokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Ids with special tokens of at least the first `max_len` tokens of
+    /// `text` (lowercased first when `lowercase`), without tokenising all of
+    /// a long text: the text is cut after `max_len` x [`CHARS_PER_TOKEN`]
+    /// characters, back to the last whitespace before that point (so that
+    /// every word kept is whole and tokenises as in the full text). When the
+    /// cut text gives fewer than `max_len` + [`CUT_SLACK`] tokens (e.g. a text
+    /// of mostly spaces), the whole text is tokenised instead: the first
+    /// `max_len` ids are always those of the full text. A 20 MB line costs
+    /// the tokenisation of 16,384 characters at `max_len` 512.
+    pub fn encode_prefix(&self, text: &str, max_len: usize, lowercase: bool) -> Result<Vec<u32>> {
+        let encode = |t: &str| {
+            if lowercase {
+                self.encode(&t.to_lowercase())
+            } else {
+                self.encode(t)
+            }
+        };
+        let limit = max_len.saturating_mul(CHARS_PER_TOKEN);
+        if text.len() > limit {
+            if let Some((cut, _)) = text.char_indices().nth(limit) {
+                let head = &text[..cut];
+                let head = match head.rfind(char::is_whitespace) {
+                    Some(p) if p > 0 => &head[..p],
+                    _ => head,
+                };
+                let ids = encode(head)?;
+                if ids.len() >= max_len.saturating_add(CUT_SLACK) {
+                    return Ok(ids);
+                }
+            }
+        }
+        encode(text)
+    }
+
     /// Word pieces without special tokens (for edit distances and frequencies).
     pub fn word_pieces(&self, text: &str) -> Result<Vec<u32>> {
         let enc = self.inner.encode_fast(text, false).map_err(tok_err)?;
@@ -116,6 +157,24 @@ impl TextTokenizer {
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
+    }
+
+    /// Error unless every id the tokenizer can produce (its vocabulary and
+    /// added tokens) is a row of the model's embedding table of `vocab_size`
+    /// rows: a larger id would fail every request containing its token.
+    pub fn check_ids_within(&self, vocab_size: usize) -> Result<()> {
+        let past = self
+            .inner
+            .get_vocab(true)
+            .into_iter()
+            .filter(|&(_, id)| id as usize >= vocab_size)
+            .max_by_key(|&(_, id)| id);
+        match past {
+            None => Ok(()),
+            Some((token, id)) => Err(tok_err(format!(
+                "token {token:?} has id {id}, past the model's vocabulary of {vocab_size} (config.json vocab_size)"
+            ))),
+        }
     }
 
     pub fn vocab_size(&self) -> usize {

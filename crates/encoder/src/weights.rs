@@ -97,7 +97,17 @@ impl Weights {
                 shape
             )));
         }
-        Ok(t.to_dtype(DType::F32)?)
+        let t = t.to_dtype(DType::F32)?;
+        // A NaN or infinite weight makes every output NaN: refuse it here,
+        // naming the tensor, rather than answer NaN vectors.
+        let values = t.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(k) = values.iter().position(|x| !x.is_finite()) {
+            return Err(EncoderError::Weights(format!(
+                "tensor {full} holds a non-finite value ({}) at element {k}",
+                values[k]
+            )));
+        }
+        Ok(t)
     }
 
     /// [`Weights::get`] as host values, row-major.

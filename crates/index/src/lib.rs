@@ -16,7 +16,7 @@ pub mod ann;
 mod ann_check;
 pub mod format;
 mod locate;
-mod reader;
+pub(crate) mod reader;
 mod repair;
 mod writer;
 
@@ -40,6 +40,9 @@ pub enum IndexError {
     /// The index was made with another model, pooling, calibrator or dimension.
     #[error("the index was built with other settings than the ones in use ({0}); rebuild it with `bertflow index build` or serve with the settings it was built with")]
     Mismatch(String),
+    /// The file changed under a reader (cut, rewritten or replaced).
+    #[error("index file changed: {0}")]
+    Changed(String),
     /// A bad argument (wrong dimension, unsupported version, ...).
     #[error("{0}")]
     Invalid(String),

@@ -13,7 +13,7 @@ use crate::IndexError;
 
 /// One segment, checked: byte ranges into the map.
 #[derive(Debug, Clone)]
-struct Segment {
+pub(crate) struct Segment {
     /// Number of the segment's first sentence in the whole index.
     first: usize,
     count: usize,
@@ -25,6 +25,10 @@ struct Segment {
 /// A memory-mapped index. Searches read the vectors straight from the map.
 pub struct Index {
     map: Mmap,
+    /// The file mapped, kept open to notice changes under the map.
+    file: File,
+    /// The file's length and modification time when it was mapped.
+    stamp: Stamp,
     footer: Footer,
     /// CRC-32 of the footer: changes whenever the content does.
     footer_crc: u32,
@@ -33,6 +37,28 @@ pub struct Index {
     end: u64,
     /// Bytes after `end`: an interrupted append.
     discarded: u64,
+}
+
+/// What identifies a version of a file: length, modification time, inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Stamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode,
+        }
+    }
 }
 
 /// Whether `gap` is exactly the footer and trailer of an earlier state, then
@@ -50,7 +76,7 @@ fn is_dead_footer(gap: &[u8]) -> bool {
 }
 
 /// Check the layout of the state `l` of `map` and return its segments.
-fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment>, IndexError> {
+pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment>, IndexError> {
     let footer = &l.footer;
     let footer_at = l.footer_at;
     let dimension = footer.identity.dimension;
@@ -144,12 +170,16 @@ impl Index {
         // complete state (`index add` writes after it; only the bytes of an
         // interrupted append, after the last trailer, are cut), and a reader
         // touches only its own state's segments after `open`.
+        let io = |e: std::io::Error| IndexError::Io(format!("{}: {e}", path.display()));
+        let stamp = Stamp::of(&file.metadata().map_err(io)?);
         let map = unsafe { Mmap::map(file) }
             .map_err(|e| IndexError::Io(format!("{}: cannot map: {e}", path.display())))?;
         let located = locate(&map, path, |l| layout(&map, l, path).map(drop))?;
         let segments = layout(&map, &located, path)?;
         let index = Self {
             map,
+            file: file.try_clone().map_err(io)?,
+            stamp,
             footer: located.footer,
             footer_crc: located.footer_crc,
             segments,
@@ -160,6 +190,31 @@ impl Index {
             index.verify()?;
         }
         Ok(index)
+    }
+
+    /// Error unless the file at `path` is still the one mapped, unchanged:
+    /// same inode at `path`, same length and modification time. Another
+    /// process that cuts or rewrites the file under a reader would make the
+    /// map's pages vanish (`SIGBUS`) or change; long-lived readers (the
+    /// server) call this before each access and reopen on an error. (Checked
+    /// here, then read: a change in the microseconds between is not seen.)
+    pub fn unchanged(&self, path: &Path) -> Result<(), IndexError> {
+        let io = |e: std::io::Error| IndexError::Changed(format!("{}: {e}", path.display()));
+        let held = Stamp::of(&self.file.metadata().map_err(io)?);
+        let at_path = Stamp::of(&std::fs::metadata(path).map_err(io)?);
+        let what = if held.len < self.end {
+            format!("it was cut to {} bytes", held.len)
+        } else if held != self.stamp {
+            "it was modified".to_owned()
+        } else if at_path.inode != held.inode {
+            "another file was put in its place".to_owned()
+        } else {
+            return Ok(());
+        };
+        Err(IndexError::Changed(format!(
+            "{} changed while open: {what}",
+            path.display()
+        )))
     }
 
     /// Offset just after the trailer of the state opened: the file's length,
@@ -173,7 +228,7 @@ impl Index {
     pub fn recovered(&self) -> Option<String> {
         (self.discarded > 0).then(|| {
             format!(
-                "the last {} bytes are an interrupted `index add` and were ignored: the index holds the {} sentences of the last complete state (the next `index add` or `index verify --repair` removes them)",
+                "the last {} bytes are not a complete state (an interrupted `index add`, or a damaged trailer) and were ignored: the index holds the {} sentences of the last complete state before them (`index verify --repair` keeps what it can prove complete and removes the rest)",
                 self.discarded, self.footer.count
             )
         })

@@ -1,11 +1,18 @@
 //! `bertflow index verify --repair`: bring a damaged index file back to its
 //! last complete state.
 //!
-//! Two kinds of damage are repaired:
+//! Three kinds of damage are repaired:
 //!
 //! * the bytes of an interrupted `index add` after the last complete state
 //!   (this version's appends leave the state before them intact): they are
-//!   cut off;
+//!   cut off. An append is interrupted when the file does not end in a
+//!   trailer (the trailer is the last thing an append writes);
+//! * a damaged trailer of a committed state (the file ends in 20 trailer bytes
+//!   that do not check out): when the footer before it is intact, lists the
+//!   earlier state's segments and then new ones, and every new segment's
+//!   CRC-32 matches, the trailer is written again and nothing is lost. A
+//!   committed state whose footer is damaged too is refused, not cut (its
+//!   segments cannot be proved complete, nor dropped silently);
 //! * an index left without any footer by an interrupted `index add` of
 //!   bertflow 0.1, which cut the old footer off before writing: the complete
 //!   segments are found again from their shape (rows of unit or zero vectors
@@ -20,8 +27,8 @@ use std::path::Path;
 
 use memmap2::Mmap;
 
-use crate::format::{align_up, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC};
-use crate::locate::corrupt;
+use crate::format::{align_up, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC, TRAILER_LEN};
+use crate::locate::{corrupt, Located};
 use crate::writer::io;
 use crate::{Index, IndexError};
 
@@ -32,6 +39,13 @@ pub enum Repaired {
     Clean { sentences: u64 },
     /// The bytes of an interrupted append were cut off.
     Truncated { sentences: u64, bytes: u64 },
+    /// The trailer of the last state was damaged and was written again.
+    Trailer {
+        /// Sentences in the index after the repair.
+        sentences: u64,
+        /// Of those, sentences of the state whose trailer was rebuilt.
+        recovered: u64,
+    },
     /// The footer was rebuilt for the complete segments found.
     Rebuilt {
         sentences: u64,
@@ -60,9 +74,35 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
     match opened {
         Ok(index) => {
             let (sentences, end) = (index.len() as u64, index.end());
+            let base = index.footer().clone();
             drop(index);
             if end == len {
                 return Ok(Repaired::Clean { sentences });
+            }
+            match tail(&file, path, &base, end)? {
+                Tail::Interrupted => {}
+                Tail::Committed { footer, json_crc } => {
+                    let mut trailer = Vec::with_capacity(TRAILER_LEN);
+                    let json_len = len - TRAILER_LEN as u64 - footer.at;
+                    trailer.extend(json_len.to_le_bytes());
+                    trailer.extend(json_crc.to_le_bytes());
+                    trailer.extend(MAGIC);
+                    std::os::unix::fs::FileExt::write_all_at(
+                        &file,
+                        &trailer,
+                        len - TRAILER_LEN as u64,
+                    )
+                    .map_err(io(path))?;
+                    file.sync_all().map_err(io(path))?;
+                    let index = Index::open_file(&file, path, true)?;
+                    if index.end() != len {
+                        return Err(corrupt(path, "the rebuilt trailer does not check out"));
+                    }
+                    return Ok(Repaired::Trailer {
+                        sentences: index.len() as u64,
+                        recovered: footer.footer.count - sentences,
+                    });
+                }
             }
             file.set_len(end).map_err(io(path))?;
             file.sync_all().map_err(io(path))?;
@@ -110,6 +150,106 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
         }
         Err(e) => Err(e),
     }
+}
+
+/// A later state's footer found after a damaged trailer.
+pub(crate) struct LaterFooter {
+    /// Offset of its JSON.
+    pub at: u64,
+    pub footer: Footer,
+}
+
+/// What the bytes after the last complete state are.
+pub(crate) enum Tail {
+    /// An interrupted append (the file does not end in a trailer): never
+    /// committed, safe to cut.
+    Interrupted,
+    /// A committed state whose trailer is damaged but whose footer and new
+    /// segments check out: its trailer can be written again.
+    Committed { footer: LaterFooter, json_crc: u32 },
+}
+
+/// Classify the bytes after `base_end` (the end of the last complete state,
+/// whose footer is `base`). A committed state that cannot be proved complete
+/// is an error: cutting it would drop committed sentences.
+pub(crate) fn tail(
+    file: &std::fs::File,
+    path: &Path,
+    base: &Footer,
+    base_end: u64,
+) -> Result<Tail, IndexError> {
+    // SAFETY: read-only map, dropped before the file is changed; the caller
+    // holds the file's lock.
+    let map = unsafe { Mmap::map(file) }.map_err(io(path))?;
+    let len = map.len() as u64;
+    if let Some((footer, json_crc)) = footer_before(&map, base, base_end, path) {
+        return Ok(Tail::Committed { footer, json_crc });
+    }
+    if len >= base_end + TRAILER_LEN as u64 && map.ends_with(MAGIC) {
+        return Err(corrupt(
+            path,
+            format!(
+                "the last {} bytes end in a trailer (a committed `index add`) but its footer or segments do not check out; they were not removed. The index holds {} sentences before them; restore the file from a copy, or rebuild it",
+                len - base_end,
+                base.count
+            ),
+        ));
+    }
+    Ok(Tail::Interrupted)
+}
+
+/// The footer of a committed state ending just before the file's last
+/// [`TRAILER_LEN`] bytes, after `base_end`, if it extends `base` and every new
+/// segment's checksum matches.
+fn footer_before(
+    map: &[u8],
+    base: &Footer,
+    base_end: u64,
+    path: &Path,
+) -> Option<(LaterFooter, u32)> {
+    const START: &[u8] = b"{\"format_version\":";
+    let json_end = map.len().checked_sub(TRAILER_LEN)?;
+    let from = usize::try_from(base_end).ok()?;
+    let region = map.get(from..json_end)?;
+    let mut hi = region.len();
+    while let Some(p) = region[..hi].windows(START.len()).rposition(|w| w == START) {
+        hi = p;
+        let json = &region[p..];
+        let Ok(footer) = serde_json::from_slice::<Footer>(json) else {
+            continue;
+        };
+        let n = base.segments.len();
+        let extends = footer.identity == base.identity
+            && footer.segments.len() > n
+            && footer.segments[..n] == base.segments[..]
+            && footer.count == footer.segments.iter().map(|s| s.count).sum::<u64>();
+        if !extends {
+            continue;
+        }
+        let at = (from + p) as u64;
+        let json_crc = crc32fast::hash(json);
+        let located = Located {
+            footer_at: at,
+            footer: footer.clone(),
+            footer_crc: json_crc,
+            end: map.len() as u64,
+            discarded: 0,
+        };
+        if crate::reader::layout(map, &located, path).is_err() {
+            continue;
+        }
+        let dimension = footer.identity.dimension;
+        let checksums_match = footer.segments[n..].iter().all(|s| {
+            let start = s.offset as usize;
+            let end = start + s.len(dimension).unwrap_or(0) as usize;
+            map.get(start..end)
+                .is_some_and(|bytes| crc32fast::hash(bytes) == s.crc32)
+        });
+        if checksums_match {
+            return Some((LaterFooter { at, footer }, json_crc));
+        }
+    }
+    None
 }
 
 /// A row of a segment's vectors: unit length or all zero.

@@ -41,6 +41,52 @@ pub struct IndexWriter {
     path: PathBuf,
     /// Segments added by this writer.
     added: usize,
+    /// A lock held on this writer's temporary file (`index build`), so that
+    /// another build knows it is not stale.
+    _tmp_lock: Option<File>,
+}
+
+/// The temporary files `.NAME.*.tmp` beside `path` (what the atomic writer
+/// names them).
+fn temporaries(path: &Path) -> Vec<PathBuf> {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Vec::new();
+    };
+    let prefix = format!(".{name}.");
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with(&prefix)
+                && n.ends_with(".tmp")
+                && e.file_type().is_ok_and(|t| t.is_file())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Remove the temporary files of earlier `index build`s of `path` that were
+/// killed (no live writer holds their lock); returns how many.
+fn remove_stale_temporaries(path: &Path, keep: &[PathBuf]) -> usize {
+    let mut removed = 0;
+    for tmp in temporaries(path) {
+        if keep.contains(&tmp) {
+            continue;
+        }
+        let Ok(file) = File::open(&tmp) else { continue };
+        if file.try_lock().is_ok() && std::fs::remove_file(&tmp).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
@@ -62,7 +108,21 @@ impl IndexWriter {
                 "the dimension must be at least 1".into(),
             ));
         }
+        let before = temporaries(path);
         let mut file = AtomicFile::create(path)?;
+        // Ours is the temporary file that was not there before; lock it, then
+        // remove those of killed builds (unlocked).
+        let ours: Vec<PathBuf> = temporaries(path)
+            .into_iter()
+            .filter(|t| !before.contains(t))
+            .collect();
+        let tmp_lock = match ours.as_slice() {
+            [tmp] => File::open(tmp).ok().filter(|f| f.try_lock().is_ok()),
+            _ => None,
+        };
+        if tmp_lock.is_some() {
+            remove_stale_temporaries(path, &ours);
+        }
         file.write_all(MAGIC).map_err(io(path))?;
         Ok(Self {
             sink: Sink::New(file),
@@ -75,6 +135,7 @@ impl IndexWriter {
             },
             path: path.to_path_buf(),
             added: 0,
+            _tmp_lock: tmp_lock,
         })
     }
 
@@ -103,6 +164,18 @@ impl IndexWriter {
         let end = index.end();
         drop(index);
         if file.metadata().map_err(io(path))?.len() > end {
+            // Only the bytes of an interrupted append are cut; a committed
+            // state with a damaged trailer is for `index verify --repair`.
+            if let crate::repair::Tail::Committed { footer: later, .. } =
+                crate::repair::tail(&file, path, &footer, end)?
+            {
+                return Err(IndexError::Corrupt(format!(
+                    "{}: the trailer of the last `index add` ({} sentences) is damaged; run `bertflow index verify --repair --index {}` first, which rewrites it",
+                    path.display(),
+                    later.footer.count,
+                    path.display()
+                )));
+            }
             file.set_len(end).map_err(io(path))?;
             file.sync_all().map_err(io(path))?;
         }
@@ -115,6 +188,7 @@ impl IndexWriter {
             footer,
             path: path.to_path_buf(),
             added: 0,
+            _tmp_lock: None,
         })
     }
 

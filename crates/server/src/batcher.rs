@@ -9,9 +9,11 @@
 //! its job's slot and the last one completes the job's oneshot channel, so a
 //! request gets its vectors back in input order whatever the batching.
 //!
-//! Admission control: the queue holds at most `max_queue_inputs` inputs not
-//! yet taken by a worker; a job that does not fit is refused with 429 at
-//! once. Jobs whose client went away are dropped when they reach the front.
+//! Admission control: the queue holds at most `max_queue_inputs` inputs and
+//! `max_queue_tokens` tokens (after truncation) not yet taken by a worker; a
+//! job that does not fit is refused with 429 at once, so long inputs are
+//! refused early rather than left to time out. A job larger than the whole
+//! token budget is admitted when the queue is empty (it then runs alone). Jobs whose client went away are dropped when they reach the front.
 //!
 //! If a batch that mixes several requests fails, each request's part is
 //! retried alone, so that one bad input does not fail its neighbours.
@@ -45,6 +47,7 @@ pub(crate) struct BatchLimits {
     pub max_batch_tokens: usize,
     pub max_batch_size: usize,
     pub max_queue_inputs: usize,
+    pub max_queue_tokens: usize,
 }
 
 struct Job {
@@ -107,6 +110,8 @@ struct Pending {
 struct QueueState {
     jobs: VecDeque<Pending>,
     queued_inputs: usize,
+    /// Sum of the token costs of the queued inputs.
+    queued_tokens: usize,
     busy_workers: usize,
     batches: u64,
     closed: bool,
@@ -144,6 +149,7 @@ impl Batcher {
             state: Mutex::new(QueueState {
                 jobs: VecDeque::new(),
                 queued_inputs: 0,
+                queued_tokens: 0,
                 busy_workers: 0,
                 batches: 0,
                 closed: false,
@@ -195,6 +201,15 @@ impl Batcher {
                 requested: n,
             });
         }
+        let tokens = costs.iter().fold(0usize, |sum, &c| sum.saturating_add(c));
+        let token_limit = self.shared.limits.max_queue_tokens;
+        if state.queued_tokens > 0 && state.queued_tokens.saturating_add(tokens) > token_limit {
+            return Err(ApiError::OverloadedTokens {
+                queued: state.queued_tokens,
+                limit: token_limit,
+                requested: tokens,
+            });
+        }
         let job = Arc::new(Job {
             texts,
             costs,
@@ -206,6 +221,7 @@ impl Batcher {
         });
         state.jobs.push_back(Pending { job, next: 0 });
         state.queued_inputs += n;
+        state.queued_tokens = state.queued_tokens.saturating_add(tokens);
         drop(state);
         self.shared.work_available.notify_one();
         Ok(rx)
@@ -282,6 +298,8 @@ fn next_batch(shared: &Shared) -> Option<Vec<(Arc<Job>, usize)>> {
         while let Some(front) = state.jobs.front_mut() {
             if front.job.is_abandoned() {
                 state.queued_inputs -= front.job.texts.len() - front.next;
+                let left = front.job.costs[front.next..].iter().sum::<usize>();
+                state.queued_tokens = state.queued_tokens.saturating_sub(left);
                 state.jobs.pop_front();
                 continue;
             }
@@ -296,6 +314,7 @@ fn next_batch(shared: &Shared) -> Option<Vec<(Arc<Job>, usize)>> {
             tokens = tokens.saturating_add(cost);
             front.next += 1;
             state.queued_inputs -= 1;
+            state.queued_tokens = state.queued_tokens.saturating_sub(cost);
             if front.next == front.job.texts.len() {
                 state.jobs.pop_front();
             }

@@ -6,6 +6,11 @@ use crate::auth::ApiKeys;
 use crate::error::ServerError;
 use crate::index::SharedIndex;
 
+/// Longest accepted timeout: one day, in milliseconds.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
+/// Most connections `max_connections` may allow (a semaphore's permit count).
+const MAX_CONNECTIONS: usize = 1 << 20;
+
 /// Every limit of the server, written once: `ServerConfig::limits`, `GET /info`
 /// (under `limits`) and, with the `clap` feature, the command line's "Server
 /// limits" options (`bertflow serve --max-batch-size ...`). `Limits::default()`
@@ -29,6 +34,11 @@ pub struct Limits {
     /// --max-inputs-per-request.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_queue_inputs, value_name = "N", help_heading = "Server limits"))]
     pub max_queue_inputs: usize,
+    /// Most tokens (after truncation at --max-len) waiting for a worker, over all
+    /// requests. A request whose tokens do not fit is answered 429 overloaded at once
+    /// (a request larger than this is taken when the queue is empty, and runs alone).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_queue_tokens, value_name = "TOKENS", help_heading = "Server limits"))]
+    pub max_queue_tokens: usize,
     /// Token budget of one batch: the sum over its inputs of their token counts (capped at
     /// --max-len). A single longer input still runs, alone.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_batch_tokens, value_name = "TOKENS", help_heading = "Server limits"))]
@@ -44,6 +54,28 @@ pub struct Limits {
     /// Largest `top_k` accepted by /search. More: 422 invalid_field.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_top_k, value_name = "N", help_heading = "Server limits"))]
     pub max_top_k: usize,
+    /// Most open client connections. Further clients wait in the listen backlog until one
+    /// closes (slow or idle ones are closed by the timeouts below). Keep it below the
+    /// open-file limit (`ulimit -n`).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_connections, value_name = "N", help_heading = "Server limits"))]
+    pub max_connections: usize,
+    /// Milliseconds a client has to send a complete request head (request line and
+    /// headers), counted from the connection's start or from its first byte after the
+    /// previous answer. Later: the connection is closed.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().header_timeout_ms, value_name = "MS", help_heading = "Server limits"))]
+    pub header_timeout_ms: u64,
+    /// Milliseconds a client has to send a complete request body once its head is in.
+    /// Later: 408 request_timeout and the connection is closed.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().body_timeout_ms, value_name = "MS", help_heading = "Server limits"))]
+    pub body_timeout_ms: u64,
+    /// Milliseconds a kept-alive connection may stay idle between requests before it is
+    /// closed.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().idle_timeout_ms, value_name = "MS", help_heading = "Server limits"))]
+    pub idle_timeout_ms: u64,
+    /// Milliseconds shutdown waits for requests in progress (half-sent ones included)
+    /// before it drops their connections.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().shutdown_timeout_ms, value_name = "MS", help_heading = "Server limits"))]
+    pub shutdown_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -53,10 +85,16 @@ impl Default for Limits {
             max_chars_per_input: 10_000,
             max_body_bytes: 4 * 1024 * 1024,
             max_queue_inputs: 1024,
+            max_queue_tokens: 32_768,
             max_batch_tokens: 8192,
             max_batch_size: 64,
             workers: 1,
             max_top_k: 1000,
+            max_connections: 512,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            shutdown_timeout_ms: 30_000,
         }
     }
 }
@@ -69,15 +107,35 @@ impl Limits {
             ("max_chars_per_input", self.max_chars_per_input),
             ("max_body_bytes", self.max_body_bytes),
             ("max_queue_inputs", self.max_queue_inputs),
+            ("max_queue_tokens", self.max_queue_tokens),
             ("max_batch_tokens", self.max_batch_tokens),
             ("max_batch_size", self.max_batch_size),
             ("workers", self.workers),
             ("max_top_k", self.max_top_k),
+            ("max_connections", self.max_connections),
         ];
         for (name, value) in positive {
             if value == 0 {
                 return Err(ServerError::Config(format!("{name} must be at least 1")));
             }
+        }
+        let timeouts = [
+            ("header_timeout_ms", self.header_timeout_ms),
+            ("body_timeout_ms", self.body_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("shutdown_timeout_ms", self.shutdown_timeout_ms),
+        ];
+        for (name, value) in timeouts {
+            if value == 0 || value > MAX_TIMEOUT_MS {
+                return Err(ServerError::Config(format!(
+                    "{name} must be in 1..={MAX_TIMEOUT_MS} (one day)"
+                )));
+            }
+        }
+        if self.max_connections > MAX_CONNECTIONS {
+            return Err(ServerError::Config(format!(
+                "max_connections must be at most {MAX_CONNECTIONS}"
+            )));
         }
         if self.max_queue_inputs < self.max_inputs_per_request {
             return Err(ServerError::Config(format!(

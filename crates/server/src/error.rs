@@ -21,10 +21,15 @@ use serde::Serialize;
 /// | `TooManyInputs` | 413 | `invalid_request_error` | `too_many_inputs` |
 /// | `InvalidField` | 422 | `invalid_request_error` | `invalid_field` |
 /// | `InputTooLong` | 422 | `invalid_request_error` | `input_too_long` |
-/// | `Overloaded` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
+/// | `Overloaded`, `OverloadedTokens` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
 /// | `Backend` | 500 | `server_error` | `backend_error` |
 /// | `Internal` | 500 | `server_error` | `internal_error` |
 /// | `NotSupported` | 501 | `server_error` | `not_supported` |
+/// | `BadRequest` | 400 | `invalid_request_error` | `bad_request` (malformed HTTP) |
+/// | `RequestTimeout` | 408 | `invalid_request_error` | `request_timeout` |
+/// | `UriTooLong` | 414 | `invalid_request_error` | `uri_too_long` |
+/// | `HeadersTooLarge` | 431 | `invalid_request_error` | `headers_too_large` |
+/// | `Unavailable` | 503 | `server_error` | `index_unavailable` (+ `Retry-After: 1`) |
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     /// The body is not valid JSON.
@@ -95,6 +100,16 @@ pub enum ApiError {
         /// Inputs of the rejected request.
         requested: usize,
     },
+    /// The queue cannot take the request's tokens now.
+    #[error("server overloaded: the queue holds {queued} of at most {limit} tokens and cannot take {requested} more; retry later")]
+    OverloadedTokens {
+        /// Tokens waiting when the request arrived.
+        queued: usize,
+        /// `max_queue_tokens`.
+        limit: usize,
+        /// Tokens of the rejected request (after truncation).
+        requested: usize,
+    },
     /// The backend failed.
     #[error("embedding backend failed: {0}")]
     Backend(String),
@@ -104,6 +119,25 @@ pub enum ApiError {
     /// The backend cannot do this (e.g. show its tokens).
     #[error("not supported by this server: {0}")]
     NotSupported(String),
+    /// The HTTP layer could not parse the request (bad request line or header).
+    #[error("malformed HTTP request: {0}")]
+    BadRequest(String),
+    /// The request body did not arrive within `body_timeout_ms`.
+    #[error("the request body did not arrive within {ms} ms")]
+    RequestTimeout {
+        /// `body_timeout_ms`.
+        ms: u64,
+    },
+    /// The request target is longer than the HTTP layer accepts.
+    #[error("the request URI is too long")]
+    UriTooLong,
+    /// The request head (headers) is larger than the HTTP layer accepts.
+    #[error("the request headers are too large")]
+    HeadersTooLarge,
+    /// The search index cannot be read now (e.g. its file changed under the
+    /// server); retried on the next request.
+    #[error("the search index is unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl ApiError {
@@ -142,7 +176,7 @@ impl ApiError {
             TooManyInputs { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "too_many_inputs"),
             InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_field"),
             InputTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "input_too_long"),
-            Overloaded { .. } => (
+            Overloaded { .. } | OverloadedTokens { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "overloaded",
@@ -158,6 +192,19 @@ impl ApiError {
                 "internal_error",
             ),
             NotSupported(_) => (StatusCode::NOT_IMPLEMENTED, "server_error", "not_supported"),
+            BadRequest(_) => (StatusCode::BAD_REQUEST, INVALID, "bad_request"),
+            RequestTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, INVALID, "request_timeout"),
+            UriTooLong => (StatusCode::URI_TOO_LONG, INVALID, "uri_too_long"),
+            HeadersTooLarge => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                INVALID,
+                "headers_too_large",
+            ),
+            Unavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "index_unavailable",
+            ),
         }
     }
 
@@ -192,19 +239,40 @@ pub(crate) struct ErrorDetail {
     code: &'static str,
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, kind, code) = self.status_type_code();
-        let body = ErrorBody {
+impl ApiError {
+    fn body(&self) -> ErrorBody {
+        let (_, kind, code) = self.status_type_code();
+        ErrorBody {
             error: ErrorDetail {
                 message: self.to_string(),
                 kind,
                 param: self.param().map(str::to_owned),
                 code,
             },
-        };
-        let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::TOO_MANY_REQUESTS {
+        }
+    }
+
+    /// The whole HTTP/1.1 answer as bytes, with `connection: close`: what the
+    /// connection layer writes in place of the HTTP parser's own empty
+    /// answers (400, 414, 431).
+    pub(crate) fn raw_http_close(&self) -> Vec<u8> {
+        let status = self.status_type_code().0;
+        let body = serde_json::to_string(&self.body()).unwrap_or_else(|_| "{}".to_owned());
+        format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            body.len()
+        )
+        .into_bytes()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status_type_code().0;
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -52,6 +52,12 @@ pub trait SearchIndex: Send + Sync + 'static {
     /// The `top_k` sentences most similar to `query` (a raw, not normalised,
     /// backend vector) by cosine, best first.
     fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String>;
+    /// Called before every search: an error means the index cannot be read
+    /// now (e.g. its file changed under the server and no complete state is
+    /// back yet); `/search` answers 503 `index_unavailable` with it.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// How it searches, for `GET /info` (e.g. `exact`, `hnsw(ef=64)`).
     fn method(&self) -> String {
         "exact".into()

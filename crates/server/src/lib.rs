@@ -102,10 +102,23 @@
 //! [`EmbedBackend::tokenize_len`] clamped to `max_len`) and
 //! [`Limits::max_batch_size`]; larger requests are split across batches
 //! and reassembled in order. The queue holds at most
-//! [`Limits::max_queue_inputs`] waiting inputs; a request that does not
+//! [`Limits::max_queue_inputs`] waiting inputs and
+//! [`Limits::max_queue_tokens`] waiting tokens; a request that does not
 //! fit is answered 429 at once (with `Retry-After: 1`). On shutdown the
 //! server stops accepting connections, answers every request already received
-//! (queued ones included), stops its workers and returns.
+//! (queued ones included), drops connections whose request is still arriving
+//! after [`Limits::shutdown_timeout_ms`], stops its workers and returns.
+//!
+//! ## Connections
+//!
+//! At most [`Limits::max_connections`] connections are open at once (more wait
+//! in the listen backlog); a request head must arrive within
+//! [`Limits::header_timeout_ms`], its body within [`Limits::body_timeout_ms`]
+//! (else 408), and an idle kept-alive connection is closed after
+//! [`Limits::idle_timeout_ms`]. A declared `Content-Length` over
+//! [`Limits::max_body_bytes`] is answered 413 before the body is read (so
+//! `Expect: 100-continue` gets 413). Errors of the HTTP layer itself (400,
+//! 414, 431) are JSON in the same error shape.
 
 mod access;
 mod api;
@@ -113,6 +126,7 @@ mod auth;
 mod backend;
 mod batcher;
 mod config;
+mod conn;
 mod error;
 mod index;
 mod logging;
@@ -156,15 +170,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let state = start(backend, config).await?;
-    let served = axum::serve(listener, routes::router(Arc::clone(&state)))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let limits = conn::ConnLimits::from_limits(&state.config.limits);
+    conn::serve_connections(listener, guarded_router(&state, true), limits, shutdown).await;
 
     // Every connection is closed, so every request has been answered: the
     // queue is empty. Stop the workers and wait for them.
     let stopping = Arc::clone(&state);
     let joined = tokio::task::spawn_blocking(move || stopping.batcher.shutdown()).await;
-    served?;
     joined.map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
     Ok(())
 }
@@ -190,13 +202,26 @@ impl App {
 
     /// Every route, as [`serve`] serves them.
     pub fn router(&self) -> axum::Router {
-        routes::router(Arc::clone(&self.state))
+        guarded_router(&self.state, false)
     }
 
     /// Stops the batcher's workers (requests still queued are answered first).
     pub fn shutdown(&self) {
         self.state.batcher.shutdown();
     }
+}
+
+/// Every route behind the body guard (limit, `Expect: 100-continue`, and
+/// with `timeout` the body timeout).
+fn guarded_router(state: &Arc<AppState>, timeout: bool) -> axum::Router {
+    let limits = conn::BodyLimits {
+        max_body_bytes: state.config.limits.max_body_bytes,
+        timeout_ms: timeout.then_some(state.config.limits.body_timeout_ms),
+    };
+    routes::router(Arc::clone(state)).layer(axum::middleware::from_fn_with_state(
+        limits,
+        conn::body_guard,
+    ))
 }
 
 /// Validates, embeds the corpus and starts the batcher: the state `serve` serves.
@@ -252,6 +277,7 @@ async fn start(
             max_batch_tokens: config.limits.max_batch_tokens,
             max_batch_size: config.limits.max_batch_size,
             max_queue_inputs: config.limits.max_queue_inputs,
+            max_queue_tokens: config.limits.max_queue_tokens,
         },
         config.limits.workers,
         Arc::clone(&metrics),

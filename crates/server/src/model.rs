@@ -3,8 +3,9 @@
 //! memory-mapped `bertflow index` file (with its HNSW graph, if any) as a
 //! [`SearchIndex`]. The HTTP layer itself does not depend on this module.
 
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use bertflow_core::encoder::EncodeOptions;
 use bertflow_core::index::{Ann, Identity, Index};
@@ -65,8 +66,8 @@ impl EmbedBackend for ModelBackend {
         self.pipeline
             .encoder()
             .tokenizer()
-            .encode(text)
-            .map_or(self.info.max_len, |ids| ids.len())
+            .encode_prefix(text, self.info.max_len, false)
+            .map_or(self.info.max_len, |ids| ids.len().min(self.info.max_len))
     }
 
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
@@ -154,8 +155,19 @@ impl Default for IndexOptions {
 type Graph = Arc<OnceLock<Result<Ann, String>>>;
 
 /// A memory-mapped `bertflow index` file as the server's search index.
+///
+/// Before each search the file is checked ([`Index::unchanged`]): when it
+/// was cut, rewritten or replaced under the server, it is reopened (a log
+/// line says so; the HNSW graph is no longer used, searches are exact); while
+/// it cannot be reopened (no complete state, or other settings), `/search`
+/// answers 503 `index_unavailable` and logs why, and the next search tries
+/// again. Reading the old map of a cut file would kill the server (SIGBUS).
 pub struct MappedIndex {
-    index: Arc<Index>,
+    index: RwLock<Arc<Index>>,
+    path: PathBuf,
+    wanted: Identity,
+    /// Set once the file was reopened: the graph is of the old file.
+    reloaded: AtomicBool,
     ann: Option<Graph>,
     ef_search: usize,
     /// Non-fatal differences (e.g. precision), for the operator.
@@ -228,16 +240,59 @@ impl MappedIndex {
             None
         };
         Ok(Self {
-            index,
+            index: RwLock::new(index),
+            path: path.to_owned(),
+            wanted: wanted.clone(),
+            reloaded: AtomicBool::new(false),
             ann,
             ef_search: options.ef_search.max(1),
             notes,
         })
     }
 
-    /// The opened index.
-    pub fn index(&self) -> &Index {
-        &self.index
+    /// The opened index (the latest, after a reload).
+    pub fn index(&self) -> Arc<Index> {
+        Arc::clone(&self.index.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Reopen the file after a change; error while no complete state of the
+    /// right settings is there.
+    fn reload(&self, change: &str) -> Result<(), String> {
+        let mut slot = self.index.write().unwrap_or_else(|e| e.into_inner());
+        if slot.unchanged(&self.path).is_ok() {
+            return Ok(()); // another search reloaded it meanwhile
+        }
+        let reopened = Index::open(&self.path, false)
+            .map_err(|e| e.to_string())
+            .and_then(|index| {
+                index
+                    .identity()
+                    .check_matches(&self.wanted)
+                    .map(|()| index)
+                    .map_err(|e| e.to_string())
+            });
+        match reopened {
+            Ok(index) => {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    sentences = index.len(),
+                    change,
+                    "the index file changed under the server and was reopened; /search is exact from now on"
+                );
+                *slot = Arc::new(index);
+                self.reloaded.store(true, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(
+                    path = %self.path.display(),
+                    change,
+                    error = %e,
+                    "the index file changed under the server and cannot be reopened: /search answers 503 until a complete index is back"
+                );
+                Err(format!("{change}; reopening it failed: {e}"))
+            }
+        }
     }
 
     /// Share it with the server.
@@ -248,29 +303,37 @@ impl MappedIndex {
 
 impl SearchIndex for MappedIndex {
     fn len(&self) -> usize {
-        self.index.len()
+        self.index().len()
     }
 
     fn dimension(&self) -> usize {
-        self.index.identity().dimension
+        self.index().identity().dimension
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match self.index().unchanged(&self.path) {
+            Ok(()) => Ok(()),
+            Err(change) => self.reload(&change.to_string()),
+        }
     }
 
     fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String> {
-        let ranked = match self.ann.as_ref().and_then(|g| g.get()) {
+        let index = self.index();
+        let graph = self
+            .ann
+            .as_ref()
+            .filter(|_| !self.reloaded.load(Ordering::Acquire));
+        let ranked = match graph.and_then(|g| g.get()) {
             Some(Ok(ann)) => ann.search(query, top_k, self.ef_search),
-            _ => self.index.search(query, top_k),
+            _ => index.search(query, top_k),
         }
         .map_err(|e| e.to_string())?;
         ranked
             .into_iter()
-            .map(|(index, score)| {
+            .map(|(i, score)| {
                 Ok(Hit {
-                    index,
-                    text: self
-                        .index
-                        .text(index)
-                        .map_err(|e| e.to_string())?
-                        .to_owned(),
+                    index: i,
+                    text: index.text(i).map_err(|e| e.to_string())?.to_owned(),
                     score: f64::from(score),
                 })
             })
@@ -278,6 +341,9 @@ impl SearchIndex for MappedIndex {
     }
 
     fn method(&self) -> String {
+        if self.reloaded.load(Ordering::Acquire) {
+            return "exact (the index file was reopened after a change)".into();
+        }
         match self.ann.as_ref().map(|g| g.get()) {
             Some(Some(Ok(ann))) => format!(
                 "hnsw(m={}, ef_construction={}, ef_search={})",

@@ -93,19 +93,30 @@ pub(crate) async fn search(
         }
     };
     ctx.record(&queries, state.config.log_inputs);
+    if let Some(index) = &state.index {
+        let index = Arc::clone(index);
+        tokio::task::spawn_blocking(move || index.check())
+            .await
+            .map_err(|e| ApiError::Internal(format!("search failed: {e}")))?
+            .map_err(ApiError::Unavailable)?;
+    }
     let embedded = embed_texts(&state, queries).await?;
     let searcher = Arc::clone(&state);
     let mut hits = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<Hit>>, ApiError> {
         match &searcher.index {
-            Some(index) => embedded
-                .iter()
-                .map(|e| {
-                    let timer = searcher.metrics.search.start_timer();
-                    let hits = index.search(&e.vector, top_k);
-                    timer.observe_duration();
-                    hits.map_err(|m| ApiError::Internal(format!("search failed: {m}")))
-                })
-                .collect(),
+            Some(index) => {
+                // Checked again next to the reads (the embedding took a while).
+                index.check().map_err(ApiError::Unavailable)?;
+                embedded
+                    .iter()
+                    .map(|e| {
+                        let timer = searcher.metrics.search.start_timer();
+                        let hits = index.search(&e.vector, top_k);
+                        timer.observe_duration();
+                        hits.map_err(|m| ApiError::Internal(format!("search failed: {m}")))
+                    })
+                    .collect()
+            }
             None => Ok(Vec::new()),
         }
     })
