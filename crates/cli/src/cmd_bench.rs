@@ -2,7 +2,9 @@
 //! on the same data as the PyTorch references in scripts/reference/ (see
 //! scripts/bench.sh and benchmarks/).
 //!
-//! * `bench encode`: the unique sentences of STS-B test (2,551 after whitespace
+//! * `bench encode`: which kernels ran (and where the choice came from: env,
+//!   cache, measured, rule), and the linear layers' GFLOP/s over the whole pass;
+//!   the unique sentences of STS-B test (2,551 after whitespace
 //!   normalisation; 2,552 raw strings), encoded without the
 //!   cache after a warm-up pass, for each precision and worker-thread count;
 //!   sentences/s, best and median of `--repeat` runs. `--mode stream`: every STS-B
@@ -138,12 +140,15 @@ fn run_encode(a: EncodeBenchArgs) -> Result<()> {
                 let intra = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
                 println!(
                     "bench encode ({mode}, {precision}): {} ({}), {sentences} STS-B test sentences \
-                     ({tokens} tokens), batch {}, RAYON_NUM_THREADS={intra}, {} cores ({})",
+                     ({tokens} tokens), batch {}, RAYON_NUM_THREADS={intra}, {} cores ({}), \
+                     kernel {} (kernels: {})",
                     enc.model_id(),
                     a.pooling,
                     a.batch_size,
                     cores(),
-                    cpu_model()
+                    cpu_model(),
+                    enc.model().kernel_name(),
+                    enc.kernels().describe()
                 );
             }
         },
@@ -155,14 +160,22 @@ fn run_encode(a: EncodeBenchArgs) -> Result<()> {
                     .map(|(a, b)| format!(", p50 {a:.2} ms, p99 {b:.2} ms"))
                     .unwrap_or_default();
                 let secs: Vec<String> = r.seconds.iter().map(|s| format!("{s:.3}")).collect();
+                let unit = if r.precision == "int8" {
+                    "GOP/s"
+                } else {
+                    "GFLOP/s"
+                };
                 println!(
-                    "{} threads {}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s){l}",
+                    "{} threads {}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s){l}; \
+                     {} linear layers {:.1} {unit} over the whole pass",
                     r.precision,
                     r.threads,
                     r.best_sentences_per_s,
                     r.median_sentences_per_s,
                     secs.len(),
-                    secs.join(", ")
+                    secs.join(", "),
+                    r.kernel,
+                    r.linear_gflops
                 );
             }
         },

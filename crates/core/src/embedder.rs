@@ -6,7 +6,7 @@ use crate::error::{Context, Result};
 use crate::progress::{silent, SharedProgress};
 use bertflow_encoder::{
     CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
-    TokenWeights,
+    TokenWeights, TuneOptions,
 };
 use ndarray::Array2;
 use std::collections::HashMap;
@@ -82,13 +82,27 @@ impl Default for EmbedderConfig {
 }
 
 impl EmbedderConfig {
-    /// Loads the model.
+    /// Loads the model. The kernels are chosen as [`TuneOptions::from_env`]
+    /// says, with `kernels.json` in the cache directory (read only with
+    /// `no_cache`: nothing is written there); the notes of choosing go to
+    /// `progress`.
     pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
-        let encoder = Encoder::load_with_precision(&self.model, self.max_len, self.precision)
-            .with_context(|| match self.precision {
-                Precision::Fp32 => format!("cannot load model '{}'", self.model),
-                p => format!("cannot load model '{}' ({p} precision)", self.model),
-            })?;
+        let cache_dir = self
+            .cache_dir
+            .clone()
+            .unwrap_or_else(EmbeddingCache::default_dir);
+        let load = || -> bertflow_encoder::Result<Encoder> {
+            let mut tune = TuneOptions::from_env(Some(cache_dir.clone()))?;
+            tune.write = !self.no_cache;
+            Encoder::load_with_kernels(&self.model, self.max_len, self.precision, &tune)
+        };
+        let encoder = load().with_context(|| match self.precision {
+            Precision::Fp32 => format!("cannot load model '{}'", self.model),
+            p => format!("cannot load model '{}' ({p} precision)", self.model),
+        })?;
+        for note in &encoder.kernels().notes {
+            progress.note(note);
+        }
         let mut opts = EncodeOptions {
             batch_size: self.batch_size.max(1),
             ..Default::default()
@@ -97,13 +111,7 @@ impl EmbedderConfig {
             ensure!(t >= 1, "threads must be at least 1");
             opts.threads = t;
         }
-        let cache = (!self.no_cache).then(|| {
-            EmbeddingCache::new(
-                self.cache_dir
-                    .clone()
-                    .unwrap_or_else(EmbeddingCache::default_dir),
-            )
-        });
+        let cache = (!self.no_cache).then(|| EmbeddingCache::new(cache_dir));
         Ok(Embedder {
             encoder,
             opts,
@@ -163,6 +171,7 @@ impl Embedder {
         let mut truncated = 0usize;
         let mut total = 0usize;
         let mut hits = 0usize;
+        let vectors_fp = enc.vectors_fingerprint();
         let key = |set: &[String], src: &PoolSource| {
             // Only the averaging poolings depend on the weights.
             let w = if matches!(src, PoolSource::Mean(_)) {
@@ -170,7 +179,9 @@ impl Embedder {
             } else {
                 ""
             };
-            EmbeddingCache::key(enc.fingerprint(), &(src.key() + w), enc.max_len(), set)
+            // The fp32 kernel's arithmetic too: vectors of one kernel are never
+            // served as another's.
+            EmbeddingCache::key(&vectors_fp, &(src.key() + w), enc.max_len(), set)
         };
         if let Some(cache) = &self.cache {
             for (s, set) in sets.iter().enumerate() {

@@ -30,6 +30,8 @@ pub mod weighting;
 mod weights;
 
 pub use arch::Architecture;
+/// The kernels crate, for front ends that show or time the kernels.
+pub use bertflow_kernels as kernels;
 pub use cache::{CachedEntry, EmbeddingCache};
 pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};

@@ -95,6 +95,9 @@ impl KernelChoice {
 pub struct TuneOptions {
     /// The directory of `kernels.json`; `None`: neither read nor written.
     pub dir: Option<PathBuf>,
+    /// Write a new measurement to `kernels.json` (false: read it only, e.g.
+    /// with `--no-cache`, which writes nothing to the cache directory).
+    pub write: bool,
     /// Read, measure and write (false: the rule).
     pub measure: bool,
     pub fp32_override: Option<Path>,
@@ -116,6 +119,7 @@ impl TuneOptions {
         });
         Ok(Self {
             dir,
+            write: true,
             measure: !off,
             fp32_override: Path::env_override().map_err(fp32_err)?,
             int8_override: Isa::env_override()?,
@@ -290,6 +294,19 @@ pub fn measure(shapes: &[Shape], budget: Duration) -> Result<(Entry, KernelChoic
     } else {
         None
     };
+    Ok(decide(shapes, fm, im))
+}
+
+/// The choice among the candidates from measurements of them (and perhaps
+/// of other kernels, which are not chosen): the fastest, the rule's kernel
+/// unless another beats it by [`tune::MARGIN`]; an unmeasured precision takes
+/// its first candidate (its only one, where [`measure`] skips it).
+pub fn decide(
+    shapes: &[Shape],
+    fm: Option<Measurement>,
+    im: Option<Measurement>,
+) -> (Entry, KernelChoice) {
+    let (f, i) = (tune::fp32_candidates(), tune::int8_candidates());
     let (fnames, inames) = (names(&f, Path::name), names(&i, Isa::name));
     let fstat: Vec<&'static str> = f.iter().map(|p| p.name()).collect();
     let istat: Vec<&'static str> = i.iter().map(|p| p.name()).collect();
@@ -323,7 +340,7 @@ pub fn measure(shapes: &[Shape], budget: Duration) -> Result<(Entry, KernelChoic
         fp32_measurement: fm,
         int8_measurement: im,
     };
-    Ok((entry, choice))
+    (entry, choice)
 }
 
 /// Choose the kernels for a model with layer `shapes` (see the module docs).
@@ -387,7 +404,11 @@ fn choose_tuned(shapes: &[Shape], opts: &TuneOptions, choice: &mut KernelChoice)
     let notes = std::mem::take(&mut choice.notes);
     *choice = measured;
     choice.notes = notes;
-    let Some(path) = path else {
+    let Some(path) = path.filter(|_| opts.write) else {
+        choice.notes.push(format!(
+            "kernels measured on this CPU in {secs:.2} s: fp32 {}, int8 {} (not kept: no cache)",
+            entry.fp32, entry.int8
+        ));
         return Ok(());
     };
     // Another process may have measured meanwhile: its choice wins, so that

@@ -10,6 +10,7 @@ fn small() -> Vec<Shape> {
 fn opts(dir: &FsPath) -> TuneOptions {
     TuneOptions {
         dir: Some(dir.to_path_buf()),
+        write: true,
         measure: true,
         fp32_override: None,
         int8_override: None,
@@ -266,4 +267,28 @@ fn a_rewrite_keeps_other_cpus() {
             .map(|(_, p, i)| (p, i)),
         Some((Path::best(), Isa::best()))
     );
+}
+
+#[test]
+fn read_only_reads_a_cached_choice_and_writes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("cache");
+    let ro = |d: &FsPath| TuneOptions {
+        write: false,
+        ..opts(d)
+    };
+    let c = choose(&small(), &ro(&sub)).unwrap();
+    assert_eq!(c.fp32_source, Source::Measured);
+    assert!(
+        c.notes.iter().any(|n| n.contains("not kept")),
+        "{:?}",
+        c.notes
+    );
+    assert!(!sub.exists(), "read-only must not create the directory");
+    let (p, i) = not_the_rule();
+    KernelFile::default()
+        .write_with(&sub.join(FILE_NAME), &entry(p, i))
+        .unwrap();
+    let c = choose(&small(), &ro(&sub)).unwrap();
+    assert_eq!((c.fp32, c.int8, c.fp32_source), (p, i, Source::Cache));
 }
