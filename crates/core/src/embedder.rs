@@ -51,14 +51,17 @@ pub struct EmbedderConfig {
     /// $XDG_CACHE_HOME/bertflow, else ~/.cache/bertflow].
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub cache_dir: Option<PathBuf>,
-    /// Neither read nor write the embedding cache.
+    /// Neither read nor write the embedding cache (the kernels chosen for this
+    /// CPU are still read from kernels.json there, never written).
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_cache: bool,
     /// Precision of the transformer layers' linear products: fp32 (kernel chosen
-    /// at run time, or forced with BERTFLOW_FP32_KERNEL=avx512pair|avx512|avx2|scalar), or int8 (s8
+    /// by measurement once per CPU, kept in kernels.json in the cache directory,
+    /// or forced with BERTFLOW_FP32_KERNEL=avx512pair|avx512|avx2|scalar), or int8 (s8
     /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX-VNNI,
-    /// AVX2 or portable kernel chosen at run time, or forced with
-    /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar).
+    /// AVX2 or portable kernel chosen likewise, or forced with
+    /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar). BERTFLOW_TUNE=0: no
+    /// measuring, the rule by CPU family.
     #[cfg_attr(
         feature = "clap",
         arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::pipeline::parse_precision)

@@ -37,6 +37,10 @@ const FILE_VERSION: u32 = 1;
 /// Time for the rounds of one precision's measurement at first use.
 pub const FIRST_USE_BUDGET: Duration = Duration::from_millis(120);
 
+/// A choice measured on a model with fewer hidden features (a test's toy
+/// model) is used but not kept.
+pub const MIN_HIDDEN_TO_KEEP: usize = 256;
+
 /// Where a kernel came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -439,8 +443,10 @@ fn choose_tuned(shapes: &[Shape], opts: &TuneOptions, choice: &mut KernelChoice)
 static PROCESS: Mutex<Option<KernelChoice>> = Mutex::new(None);
 
 /// The process's kernels: chosen by [`choose`] for `cfg` at the first call
-/// (and given to [`Path::choose`] / [`Isa::choose`], so every layer built
-/// afterwards runs them), the same at later calls (without notes).
+/// and given to [`Path::choose`] / [`Isa::choose`], so that every layer built
+/// afterwards runs them; the same at later calls (without notes). A choice
+/// measured on a model of fewer than [`MIN_HIDDEN_TO_KEEP`] features is not
+/// written.
 pub fn process_choice(cfg: &ModelConfig, opts: &TuneOptions) -> Result<KernelChoice> {
     let mut guard = PROCESS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(c) = guard.as_ref() {
@@ -448,7 +454,10 @@ pub fn process_choice(cfg: &ModelConfig, opts: &TuneOptions) -> Result<KernelCho
         c.notes.clear();
         return Ok(c);
     }
-    let c = choose(&shapes(cfg), opts)?;
+    let mut opts = opts.clone();
+    // A toy model's products say little about a real one's: measure, keep nothing.
+    opts.write &= cfg.hidden_size >= MIN_HIDDEN_TO_KEEP;
+    let c = choose(&shapes(cfg), &opts)?;
     c.fp32.choose().map_err(fp32_err)?;
     c.int8.choose()?;
     *guard = Some(c.clone());
