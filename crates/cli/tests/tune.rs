@@ -129,3 +129,26 @@ fn encode_measures_once_and_no_cache_writes_nothing() {
     // keyed by the kernel's arithmetic).
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&e2).unwrap());
 }
+
+#[test]
+fn info_names_the_kernels_of_the_server() {
+    // The serve helpers set BERTFLOW_TUNE=0: the rule, for both precisions.
+    use bertflow_encoder::kernels::{fp32::Path, Isa};
+    let _guard = common::serve::serial();
+    let server = common::serve::Server::start(&[]);
+    let info = common::serve::runtime().block_on(common::serve::get(
+        &common::serve::client(),
+        &server.url("/info"),
+    ));
+    assert_eq!(
+        info.body["kernels"],
+        format!(
+            "fp32 {} (rule), int8 {} (rule)",
+            Path::best().name(),
+            Isa::best().name()
+        ),
+        "{}",
+        info.body
+    );
+    server.stop();
+}
