@@ -292,3 +292,23 @@ fn read_only_reads_a_cached_choice_and_writes_none() {
     let c = choose(&small(), &ro(&sub)).unwrap();
     assert_eq!((c.fp32, c.int8, c.fp32_source), (p, i, Source::Cache));
 }
+
+#[test]
+fn cached_vectors_are_keyed_by_the_fp32_kernels_arithmetic() {
+    // Kernels of one class give the same bits (fp32_bits tests), of two
+    // classes different ones: the class is in the key, the kernel name not.
+    assert_eq!(Path::Avx2.numerics(), Path::Avx512.numerics());
+    assert_ne!(Path::Avx512.numerics(), Path::Avx512Pair.numerics());
+    assert_ne!(Path::Avx512.numerics(), Path::Scalar.numerics());
+    let dir = format!(
+        "{}/tests/fixtures/tiny-distilbert",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let enc = crate::Encoder::load(&dir, None).unwrap();
+    let ran = enc.model().fp32_kernel();
+    assert_eq!(ran, enc.kernels().fp32);
+    assert_eq!(
+        enc.vectors_fingerprint(),
+        format!("{}-fp32-{}", enc.fingerprint(), ran.numerics())
+    );
+}
