@@ -7,6 +7,10 @@
 # and `pytest -m slow` (see scripts/slow-tests.sh); CI runs the fast set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Kernels by the built-in rule, so that every process of the run (the binary,
+# the Python package, Spark workers) computes the same bits; the measuring path
+# has its own tests, which set BERTFLOW_TUNE themselves.
+export BERTFLOW_TUNE="${BERTFLOW_TUNE:-0}"
 scripts/fetch_model.sh
 # The lock file must be current before the long build starts.
 cargo metadata --locked --format-version 1 >/dev/null

@@ -2,7 +2,9 @@
 //! on the same data as the PyTorch references in scripts/reference/ (see
 //! scripts/bench.sh and benchmarks/).
 //!
-//! * `bench encode`: the unique sentences of STS-B test (2,551 after whitespace
+//! * `bench encode`: which kernels ran (and where the choice came from: env,
+//!   cache, measured, rule), and the linear layers' GFLOP/s over the whole pass;
+//!   the unique sentences of STS-B test (2,551 after whitespace
 //!   normalisation; 2,552 raw strings), encoded without the
 //!   cache after a warm-up pass, for each precision and worker-thread count;
 //!   sentences/s, best and median of `--repeat` runs. `--mode stream`: every STS-B
@@ -24,7 +26,6 @@ use bertflow_core::bench::{
 };
 use bertflow_core::calib::CalibSpec;
 use bertflow_core::encoder::{Pooling, Precision};
-use bertflow_core::DEFAULT_MODEL;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -47,13 +48,13 @@ pub enum BenchWhat {
 #[derive(Args, Debug)]
 pub struct EncodeBenchArgs {
     /// Model directory or hub id in the local Hugging Face cache.
-    #[arg(long, short = 'm', env = "BERTFLOW_MODEL", default_value = DEFAULT_MODEL)]
+    #[arg(long, short = 'm', default_value_t = bertflow_core::defaults::model())]
     pub model: String,
     /// Truncate sentences at this many tokens [default: the model's position limit].
     #[arg(long, value_name = "TOKENS")]
     pub max_len: Option<usize>,
     /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    #[arg(long, short = 'p', default_value_t = bertflow_core::pipeline::DEFAULT_POOLING, value_parser = parse_pooling)]
     pub pooling: Pooling,
     /// Worker-thread counts to measure, comma-separated.
     #[arg(
@@ -90,7 +91,7 @@ pub struct FlowBenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Pooling; see `bertflow poolings`.
-    #[arg(long, short = 'p', default_value = "last-avg", value_parser = parse_pooling)]
+    #[arg(long, short = 'p', default_value_t = bertflow_core::pipeline::DEFAULT_POOLING, value_parser = parse_pooling)]
     pub pooling: Pooling,
     #[arg(long, default_value = "flow", value_name = "KIND",
           help = format!("Calibrator to fit [default: the default flow]. {}", crate::cmd_kinds::spec_help()),
@@ -138,12 +139,15 @@ fn run_encode(a: EncodeBenchArgs) -> Result<()> {
                 let intra = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
                 println!(
                     "bench encode ({mode}, {precision}): {} ({}), {sentences} STS-B test sentences \
-                     ({tokens} tokens), batch {}, RAYON_NUM_THREADS={intra}, {} cores ({})",
+                     ({tokens} tokens), batch {}, RAYON_NUM_THREADS={intra}, {} cores ({}), \
+                     kernel {} (kernels: {})",
                     enc.model_id(),
                     a.pooling,
                     a.batch_size,
                     cores(),
-                    cpu_model()
+                    cpu_model(),
+                    enc.model().kernel_name(),
+                    enc.kernels().describe()
                 );
             }
         },
@@ -155,14 +159,22 @@ fn run_encode(a: EncodeBenchArgs) -> Result<()> {
                     .map(|(a, b)| format!(", p50 {a:.2} ms, p99 {b:.2} ms"))
                     .unwrap_or_default();
                 let secs: Vec<String> = r.seconds.iter().map(|s| format!("{s:.3}")).collect();
+                let unit = if r.precision == "int8" {
+                    "GOP/s"
+                } else {
+                    "GFLOP/s"
+                };
                 println!(
-                    "{} threads {}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s){l}",
+                    "{} threads {}: best {:.1} sentences/s, median {:.1} sentences/s ({} runs: {} s){l}; \
+                     {} linear layers {:.1} {unit} over the whole pass",
                     r.precision,
                     r.threads,
                     r.best_sentences_per_s,
                     r.median_sentences_per_s,
                     secs.len(),
-                    secs.join(", ")
+                    secs.join(", "),
+                    r.kernel,
+                    r.linear_gflops
                 );
             }
         },

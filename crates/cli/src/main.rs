@@ -13,6 +13,7 @@ mod cmd_kinds;
 mod cmd_report;
 mod cmd_serve;
 mod cmd_transform;
+mod cmd_tune;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -86,6 +87,9 @@ enum Command {
     /// Benchmarks: encoder throughput on STS-B test, BERT-flow fit time on the
     /// 29.5k-sentence fit corpus (compare with scripts/reference/).
     Bench(cmd_bench::BenchArgs),
+    /// Time the fp32 and int8 kernels on the model's layer shapes beside one core's
+    /// peak, and keep the fastest for this CPU (done once at first use otherwise).
+    Tune(cmd_tune::TuneArgs),
     /// List the poolings and the hidden states each one reads.
     Poolings,
     /// List the calibrator kinds: their options, defaults and ranges (--json: as data).
@@ -138,6 +142,7 @@ fn main() {
         Command::Index(a) => cmd_index::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::Kinds(a) => cmd_kinds::run(a),
+        Command::Tune(a) => cmd_tune::run(a),
         Command::Poolings => {
             print!("{}", args::pooling_help());
             Ok(())

@@ -41,6 +41,7 @@ fn scratch() -> &'static Path {
 /// that a test can still pass its own `--data` or `--model`.
 fn bertflow(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bertflow"))
+        .env("BERTFLOW_TUNE", "0")
         .args(args)
         .env("BERTFLOW_MODEL", model())
         .env("BERTFLOW_DATA", data())

@@ -81,6 +81,7 @@ fn playground_answers_in_a_real_browser() {
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_bertflow"))
+        .env("BERTFLOW_TUNE", "0")
         .args(["serve", "--model", &common::model(), "--port", "0"])
         .arg("--corpus")
         .arg(&corpus)

@@ -105,6 +105,7 @@ fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
     ] {
         std::fs::copy(dir.path().join("c.idx"), dir.path().join("before.idx")).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_bertflow"))
+            .env("BERTFLOW_TUNE", "0")
             .args(add)
             .env("BERTFLOW_MODEL", model())
             .env(CRASH_ENV, point)
@@ -125,6 +126,7 @@ fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
     std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
     for fraction in [0.1, 0.3, 0.5, 0.7, 0.9] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bertflow"))
+            .env("BERTFLOW_TUNE", "0")
             .args(add)
             .env("BERTFLOW_MODEL", model())
             .stdout(Stdio::null())
@@ -145,6 +147,7 @@ fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
 
     // A torn append: reported, repaired, and the next add works.
     let out = Command::new(env!("CARGO_BIN_EXE_bertflow"))
+        .env("BERTFLOW_TUNE", "0")
         .args(add)
         .env("BERTFLOW_MODEL", model())
         .env(CRASH_ENV, "index:footer-synced")
@@ -197,15 +200,16 @@ fn a_full_disk_leaves_nothing_partial_and_the_old_files_intact() {
     let npy = dir.join("e.npy");
     std::fs::write(&npy, b"old bytes").unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bertflow"));
-    cmd.args([
-        "encode",
-        "--input",
-        s(&input),
-        "--output",
-        s(&npy),
-        "--no-cache",
-    ])
-    .env("BERTFLOW_MODEL", model());
+    cmd.env("BERTFLOW_TUNE", "0")
+        .args([
+            "encode",
+            "--input",
+            s(&input),
+            "--output",
+            s(&npy),
+            "--no-cache",
+        ])
+        .env("BERTFLOW_MODEL", model());
     for (k, v) in inject {
         cmd.env(k, v);
     }

@@ -76,6 +76,7 @@ fn index_build_of_every_family_stores_transformers_vectors() {
         std::fs::write(&corpus, texts.join("\n") + "\n").unwrap();
         let idx = tmp.path().join(format!("{family}.idx"));
         let out = Command::new(BIN)
+            .env("BERTFLOW_TUNE", "0")
             .args(["index", "build", "--pooling", "last-avg", "--model"])
             .arg(&dir)
             .arg("--corpus")
@@ -110,6 +111,7 @@ fn serve_of_every_family_answers_transformers_vectors() {
         let dir = fixture(family);
         let (texts, want) = golden(&dir);
         let mut child = Command::new(BIN)
+            .env("BERTFLOW_TUNE", "0")
             .args(["serve", "--host", "127.0.0.1", "--port", "0", "--model"])
             .arg(&dir)
             .env_remove("BERTFLOW_API_KEY")

@@ -38,6 +38,7 @@ const CORPUS: [&str; 12] = [
 
 fn bertflow(args: &[&str]) -> Output {
     Command::new(BIN)
+        .env("BERTFLOW_TUNE", "0")
         .args(args)
         .env("BERTFLOW_MODEL", model_dir())
         .env_remove("BERTFLOW_API_KEY")
@@ -68,6 +69,7 @@ impl Server {
     /// Start `serve` with `extra`; `Err(stderr)` if it exits before listening.
     fn start(extra: &[&str]) -> Result<Server, String> {
         let mut child = Command::new(BIN)
+            .env("BERTFLOW_TUNE", "0")
             .arg("serve")
             .args(["--model", model_dir().to_str().unwrap()])
             .args(["--host", "127.0.0.1", "--port", "0"])

@@ -32,6 +32,7 @@ struct Server {
 impl Server {
     fn start(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
+            .env("BERTFLOW_TUNE", "0")
             .arg("serve")
             .arg("--model")
             .arg(model_dir())

@@ -5,7 +5,7 @@ use crate::error::{Context, Result};
 use crate::progress::{silent, SharedProgress};
 use bertflow_encoder::{
     CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
-    TokenWeights,
+    TokenWeights, TuneOptions,
 };
 use ndarray::Array2;
 use std::collections::HashMap;
@@ -52,14 +52,17 @@ pub struct EmbedderConfig {
     /// $XDG_CACHE_HOME/bertflow, else ~/.cache/bertflow].
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub cache_dir: Option<PathBuf>,
-    /// Neither read nor write the embedding cache.
+    /// Neither read nor write the embedding cache (the kernels chosen for this
+    /// CPU are still read from kernels.json there, never written).
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_cache: bool,
     /// Precision of the transformer layers' linear products: fp32 (kernel chosen
-    /// at run time, or forced with BERTFLOW_FP32_KERNEL=avx512pair|avx512|avx2|scalar), or int8 (s8
+    /// by measurement once per CPU, kept in kernels.json in the cache directory,
+    /// or forced with BERTFLOW_FP32_KERNEL=avx512pair|avx512|avx2|scalar), or int8 (s8
     /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX-VNNI,
-    /// AVX2 or portable kernel chosen at run time, or forced with
-    /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar).
+    /// AVX2 or portable kernel chosen likewise, or forced with
+    /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar). BERTFLOW_TUNE=0: no
+    /// measuring, the rule by CPU family.
     #[cfg_attr(
         feature = "clap",
         arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::parse::parse_precision)
@@ -83,25 +86,33 @@ impl Default for EmbedderConfig {
 }
 
 impl EmbedderConfig {
-    /// Loads the model.
+    /// Loads the model. The kernels are chosen as [`TuneOptions::from_env`]
+    /// says, with `kernels.json` in the cache directory (read only with
+    /// `no_cache`: nothing is written there); the notes of choosing go to
+    /// `progress`.
     pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
-        let encoder = Encoder::load_with_precision(&self.model, self.max_len, self.precision)
-            .with_context(|| match self.precision {
-                Precision::Fp32 => format!("cannot load model '{}'", self.model),
-                p => format!("cannot load model '{}' ({p} precision)", self.model),
-            })?;
+        let cache_dir = self
+            .cache_dir
+            .clone()
+            .unwrap_or_else(EmbeddingCache::default_dir);
+        let load = || -> bertflow_encoder::Result<Encoder> {
+            let mut tune = TuneOptions::from_env(Some(cache_dir.clone()))?;
+            tune.write = !self.no_cache;
+            Encoder::load_with_kernels(&self.model, self.max_len, self.precision, &tune)
+        };
+        let encoder = load().with_context(|| match self.precision {
+            Precision::Fp32 => format!("cannot load model '{}'", self.model),
+            p => format!("cannot load model '{}' ({p} precision)", self.model),
+        })?;
+        for note in &encoder.kernels().notes {
+            progress.note(note);
+        }
         let mut opts = EncodeOptions::default();
         set_batch_size(&mut opts, self.batch_size)?;
         if let Some(t) = crate::defaults::threads(self.threads)? {
             opts.threads = t;
         }
-        let cache = (!self.no_cache).then(|| {
-            EmbeddingCache::new(
-                self.cache_dir
-                    .clone()
-                    .unwrap_or_else(EmbeddingCache::default_dir),
-            )
-        });
+        let cache = (!self.no_cache).then(|| EmbeddingCache::new(cache_dir));
         Ok(Embedder {
             encoder,
             opts,
@@ -178,6 +189,7 @@ impl Embedder {
         let mut truncated = 0usize;
         let mut total = 0usize;
         let mut hits = 0usize;
+        let vectors_fp = enc.vectors_fingerprint();
         let key = |set: &[String], src: &PoolSource| {
             // Only the averaging poolings depend on the weights.
             let w = if matches!(src, PoolSource::Mean(_)) {
@@ -185,7 +197,9 @@ impl Embedder {
             } else {
                 ""
             };
-            EmbeddingCache::key(enc.fingerprint(), &(src.key() + w), enc.max_len(), set)
+            // The fp32 kernel's arithmetic too: vectors of one kernel are never
+            // served as another's.
+            EmbeddingCache::key(&vectors_fp, &(src.key() + w), enc.max_len(), set)
         };
         if let Some(cache) = &self.cache {
             for (s, set) in sets.iter().enumerate() {

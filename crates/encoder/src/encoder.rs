@@ -8,8 +8,10 @@ use crate::pooling::{masked_mean, PoolSource, Pooling};
 use crate::precision::Precision;
 use crate::st::{CalibratorLoader, StSpec};
 use crate::tokenize::TextTokenizer;
+use crate::tuning::{self, KernelChoice, TuneOptions};
 use crate::weighting::TokenWeights;
 use crate::weights::Weights;
+use crate::EmbeddingCache;
 use ndarray::Array2;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Seek, SeekFrom};
@@ -63,6 +65,8 @@ pub struct Encoder {
     /// Hash of the files, with `-<precision>` appended unless fp32.
     fingerprint: String,
     files_fingerprint: String,
+    /// The process's kernels when this model was loaded.
+    kernels: KernelChoice,
 }
 
 impl Encoder {
@@ -73,11 +77,26 @@ impl Encoder {
         Self::load_with_precision(spec, max_len, Precision::Fp32)
     }
 
-    /// [`Encoder::load`] with the linear layers in `precision`.
+    /// [`Encoder::load`] with the linear layers in `precision`; the kernels as
+    /// [`TuneOptions::from_env`] says, with `kernels.json` in
+    /// [`EmbeddingCache::default_dir`] (see [`crate::tuning`]).
     pub fn load_with_precision(
         spec: &str,
         max_len: Option<usize>,
         precision: Precision,
+    ) -> Result<Self> {
+        let tune = TuneOptions::from_env(Some(EmbeddingCache::default_dir()))?;
+        Self::load_with_kernels(spec, max_len, precision, &tune)
+    }
+
+    /// [`Encoder::load_with_precision`] with the kernels chosen by `tune` (the
+    /// first load of a process chooses, later ones reuse the choice:
+    /// [`tuning::process_choice`]).
+    pub fn load_with_kernels(
+        spec: &str,
+        max_len: Option<usize>,
+        precision: Precision,
+        tune: &TuneOptions,
     ) -> Result<Self> {
         let files = ModelFiles::resolve(spec)?;
         let text = std::fs::read_to_string(&files.config).map_err(io_err(&files.config))?;
@@ -98,6 +117,7 @@ impl Encoder {
         }
         let tokenizer = TextTokenizer::load(&files.tokenizer)?;
         tokenizer.check_ids_within(config.vocab_size)?;
+        let kernels = tuning::process_choice(&config, tune)?;
         let weights = Weights::load(&files.weights, config.architecture)?;
         let model = Model::load(&weights, config, precision)?;
         let files_fingerprint = fingerprint(&files)?;
@@ -112,6 +132,7 @@ impl Encoder {
             max_len,
             fingerprint,
             files_fingerprint,
+            kernels,
         })
     }
 
@@ -146,6 +167,24 @@ impl Encoder {
     /// fingerprint is the files' hash alone, as before precisions existed).
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
+    }
+    /// [`Encoder::fingerprint`] and the arithmetic of the fp32 kernel
+    /// ([`bertflow_kernels::fp32::Path::numerics`]: `fma`, `pair` or `plain`,
+    /// which differ in the last bits), e.g. `0123456789abcdef-fp32-pair` or
+    /// `0123456789abcdef-int8-8bit-v2-fp32-fma` (the pooler's product stays
+    /// fp32): the key of cached vectors, so that vectors computed by one kernel
+    /// are never served as another's.
+    pub fn vectors_fingerprint(&self) -> String {
+        format!(
+            "{}-fp32-{}",
+            self.fingerprint,
+            self.model.fp32_kernel().numerics()
+        )
+    }
+    /// The kernels chosen for this process (and the notes of choosing them, on
+    /// the process's first load).
+    pub fn kernels(&self) -> &KernelChoice {
+        &self.kernels
     }
     /// The hash of the model's files alone, whatever the precision: the same model
     /// (e.g. for a calibrator fitted on fp32 vectors and applied to int8 ones).

@@ -10,6 +10,8 @@
 //! - [`encoder`]: batching sorted by length on worker threads, order restored.
 //! - [`precision`]: fp32 or int8 linear layers (bertflow-kernels).
 //! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
+//! - [`tuning`]: the fp32 and int8 kernels, chosen by measurement once per CPU
+//!   (cached in `kernels.json`), by the environment, or by rule.
 //! - [`weighting`]: per-token weights (SIF, uSIF) for the averaging poolings.
 //! - [`st`]: the `st` pooling, a sentence-transformers directory's own pipeline.
 pub mod arch;
@@ -23,14 +25,18 @@ pub mod pooling;
 pub mod precision;
 pub mod st;
 pub mod tokenize;
+pub mod tuning;
 pub mod weighting;
 mod weights;
 
 pub use arch::Architecture;
+/// The kernels crate, for front ends that show or time the kernels.
+pub use bertflow_kernels as kernels;
 pub use cache::{CachedEntry, EmbeddingCache};
 pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};
 pub use files::ModelFiles;
 pub use pooling::{PoolSource, Pooling, POOLINGS};
 pub use precision::Precision;
+pub use tuning::{KernelChoice, TuneOptions};
 pub use weighting::{Scheme, TokenCounts, TokenWeights, WeightingSpec};

@@ -13,6 +13,8 @@
 //! - [`norm`]: LayerNorm over rows.
 //! - [`attention`]: self-attention read in place from the fused QKV product, with
 //!   an optional additive score bias and sliding window ([`AttnOpts`]).
+//! - [`tune`]: the kernels timed on a model's layer shapes (the encoder keeps the
+//!   fastest per CPU), the CPU key of a cached choice, one core's FMA/VNNI peak.
 //! - [`rope`]: rotary position embeddings applied in place to the fused QKV
 //!   rows, and the gated activation (GeGLU) of gated feed-forward layers.
 pub mod act;
@@ -21,6 +23,7 @@ pub mod fp32;
 pub mod int8;
 pub mod norm;
 pub mod rope;
+pub mod tune;
 
 pub use act::{gelu_erf, gelu_erf_inplace, gelu_poly, Act};
 pub use attention::{attention, AttnOpts, AttnShape};

@@ -290,6 +290,10 @@ pub(crate) struct InfoResponse {
     /// How /search searches (`exact`, or the approximate method), null without a corpus.
     search_method: Option<String>,
     load: Load,
+    /// The fp32 and int8 kernels of this process, each with where it came from
+    /// (env, cache, measured, rule), e.g. `fp32 avx512pair (cache), int8
+    /// avx512vnni (cache)`; null before a model is loaded.
+    kernels: Option<String>,
 }
 
 /// Model, limits, corpus size and current load.
@@ -315,5 +319,6 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Json<InfoRespons
         corpus_size: state.index.as_ref().map(|i| i.len()),
         search_method: state.index.as_ref().map(|i| i.method()),
         load: state.batcher.load(),
+        kernels: bertflow_core::encoder::tuning::current().map(|k| k.describe()),
     })
 }

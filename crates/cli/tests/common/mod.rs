@@ -27,9 +27,13 @@ pub fn data() -> String {
     })
 }
 
-/// Runs the binary with the test model, data and a private cache.
+/// Runs the binary with the test model, data and a private cache, and the
+/// kernels by rule (`BERTFLOW_TUNE=0`: nothing measured or written to the
+/// cache, so that runs in separate processes give the same bits; every spawn
+/// of the binary in these tests sets it).
 pub fn bertflow(args: &[&str], cache: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bertflow"))
+        .env("BERTFLOW_TUNE", "0")
         .args(args)
         .env("BERTFLOW_CACHE", cache)
         .env("BERTFLOW_MODEL", model())

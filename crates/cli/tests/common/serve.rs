@@ -193,6 +193,7 @@ pub fn reference() -> &'static Reference {
 /// `bertflow encode --no-cache` of `input` into `output` (.npy).
 fn encode(input: &Path, output: &Path, extra: &[&str]) {
     let out = Command::new(BIN)
+        .env("BERTFLOW_TUNE", "0")
         .arg("encode")
         .arg("--model")
         .arg(model_dir())
@@ -338,6 +339,7 @@ impl Drop for Server {
 /// `bertflow serve --port 0` with `extra` options, stderr piped, not yet waited on.
 fn spawn_serve(extra: &[&str]) -> Child {
     Command::new(BIN)
+        .env("BERTFLOW_TUNE", "0")
         .arg("serve")
         .arg("--model")
         .arg(model_dir())

@@ -41,6 +41,12 @@ pub struct EncodeBench {
 #[derive(Debug, Clone, Serialize)]
 pub struct EncodeRun {
     pub precision: String,
+    /// The kernel of the transformer layers' products (e.g. `avx512pair`).
+    pub kernel: String,
+    /// The linear layers' floating-point (int8: integer) operations on the
+    /// real tokens per second of the best run, the whole pass's time: read
+    /// beside `bertflow tune`'s per-product GFLOP/s and peak.
+    pub linear_gflops: f64,
     pub threads: usize,
     pub seconds: Vec<f64>,
     pub best_sentences_per_s: f64,
@@ -63,6 +69,10 @@ pub struct EncodeBenchReport {
     pub repeat: usize,
     pub cores: usize,
     pub cpu: String,
+    /// The process's kernels and where they came from (env, cache, measured, rule).
+    pub kernels: String,
+    /// Linear-layer operations per token (`2 k n` per product, every layer).
+    pub linear_flop_per_token: f64,
     pub results: Vec<EncodeRun>,
 }
 
@@ -111,11 +121,17 @@ pub fn bench_encode(
     }
     let texts = cfg.sentences(progress)?;
     let mut results = Vec::new();
-    let (mut tokens, mut model_id) = (0, String::new());
+    let (mut tokens, mut model_id, mut kernels, mut flop_per_token) =
+        (0, String::new(), String::new(), 0.0);
     for &precision in &cfg.precisions {
         let enc = Encoder::load_with_precision(&cfg.model, cfg.max_len, precision)
             .with_context(|| format!("cannot load model '{}' ({precision})", cfg.model))?;
+        for note in &enc.kernels().notes {
+            progress.note(note);
+        }
         model_id = enc.model_id().to_string();
+        kernels = enc.kernels().describe();
+        flop_per_token = linear_flop_per_token(&enc);
         let sources = [crate::st_pipeline::source(&enc, &cfg.pooling)?];
         tokens = texts
             .iter()
@@ -168,6 +184,8 @@ pub fn bench_encode(
             lat.sort_by(f64::total_cmp);
             let r = EncodeRun {
                 precision: precision.to_string(),
+                kernel: enc.model().kernel_name().to_string(),
+                linear_gflops: tokens as f64 * flop_per_token / best / 1e9,
                 threads: t,
                 seconds: secs,
                 best_sentences_per_s: n / best,
@@ -191,6 +209,18 @@ pub fn bench_encode(
         repeat: cfg.repeat,
         cores: cores(),
         cpu: cpu_model(),
+        kernels,
+        linear_flop_per_token: flop_per_token,
         results,
     })
+}
+
+/// The linear layers' operations per token: `2 k n` for each product of a
+/// layer ([`bertflow_encoder::tuning::shapes`]), times the layers.
+pub fn linear_flop_per_token(enc: &Encoder) -> f64 {
+    let per_layer: f64 = bertflow_encoder::tuning::shapes(enc.config())
+        .iter()
+        .map(|s| 2.0 * s.k as f64 * s.n as f64)
+        .sum();
+    per_layer * enc.num_layers() as f64
 }

@@ -1,12 +1,17 @@
-//! Benchmarks as a library: encoder throughput and latency on STS-B test, and
-//! the wall time of a calibrator fit on the seven tasks' fit corpus. Each
+//! Benchmarks as a library: encoder throughput and latency on STS-B test, the
+//! wall time of a calibrator fit on the seven tasks' fit corpus, and the
+//! kernels timed on a model's layer shapes beside one core's peak (`tune`). Each
 //! returns a serialisable report; front ends print it (`bertflow bench`).
 //! Timings live here and in BENCHMARKS.md, never in tests.
 mod encode;
 mod flow;
+mod tune;
 
-pub use encode::{bench_encode, EncodeBench, EncodeBenchReport, EncodeMode, EncodeRun};
+pub use encode::{
+    bench_encode, linear_flop_per_token, EncodeBench, EncodeBenchReport, EncodeMode, EncodeRun,
+};
 pub use flow::{bench_flow, FlowBench, FlowBenchReport, FlowRun};
+pub use tune::{bench_tune, PeakRow, TuneBench, TuneReport, TuneRow, TuneTotal};
 
 use crate::progress::Progress;
 

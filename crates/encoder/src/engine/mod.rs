@@ -11,6 +11,7 @@ use crate::config::{HiddenAct, ModelConfig};
 use crate::error::{EncoderError, Result};
 use crate::precision::Precision;
 use crate::weights::Weights;
+use bertflow_kernels::fp32::Path;
 use bertflow_kernels::{Isa, PackedLinear, QuantLinear};
 
 mod host;
@@ -231,13 +232,17 @@ pub struct Model {
     precision: Precision,
     /// The int8 kernel, with [`Precision::Int8`].
     isa: Option<Isa>,
+    /// The kernel of the fp32 products (every product at fp32; the pooler's at int8).
+    fp32: Path,
 }
 
 impl Model {
     /// Build the architecture `config` names from `w`; with [`Precision::Int8`]
-    /// the blocks' linear products run in int8 (bertflow-kernels, kernel from
-    /// `BERTFLOW_INT8_KERNEL` or the best this CPU has).
+    /// the blocks' linear products run in int8. The kernels are the process's
+    /// ([`Path::selected`], [`Isa::selected`]: `BERTFLOW_FP32_KERNEL` /
+    /// `BERTFLOW_INT8_KERNEL`, else the choice of [`crate::tuning`], else the rule).
     pub fn load(w: &Weights, config: ModelConfig, precision: Precision) -> Result<Self> {
+        let fp32 = Path::selected().map_err(|e| EncoderError::Precision(e.to_string()))?;
         let parts = config.architecture.load(w, &config)?;
         let mut model = Self {
             config,
@@ -247,6 +252,7 @@ impl Model {
             pooler: parts.pooler,
             precision: Precision::Fp32,
             isa: None,
+            fp32,
         };
         if precision == Precision::Int8 {
             model.quantize(Isa::selected()?)?;
@@ -277,6 +283,22 @@ impl Model {
 
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// The fp32 kernel (of every product at fp32; of the pooler at int8).
+    pub fn fp32_kernel(&self) -> Path {
+        self.fp32
+    }
+
+    /// The int8 kernel, with [`Precision::Int8`].
+    pub fn int8_kernel(&self) -> Option<Isa> {
+        self.isa
+    }
+
+    /// The name of the kernel of the transformer layers' products, e.g.
+    /// `avx512pair` at fp32, `avx512vnni` at int8.
+    pub fn kernel_name(&self) -> &'static str {
+        self.isa.map_or(self.fp32.name(), |i| i.name())
     }
 
     pub fn has_pooler(&self) -> bool {

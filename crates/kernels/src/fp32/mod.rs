@@ -19,7 +19,8 @@
 //!   `+ residual`), store, apply the activation.
 //!
 //! The kernel runs on one thread (the encoder runs one batch per worker thread)
-//! and is chosen at run time ([`Path::best`], or `BERTFLOW_FP32_KERNEL`).
+//! and is chosen at run time: `BERTFLOW_FP32_KERNEL`, else the encoder's choice
+//! by measurement ([`Path::choose`], see [`crate::tune`]), else [`Path::best`].
 use crate::act::Act;
 
 #[cfg(target_arch = "x86_64")]
@@ -102,8 +103,9 @@ impl Path {
         Path::ALL.into_iter().filter(|p| p.available()).collect()
     }
 
-    /// The fastest kernel this CPU can run: [`Path::Avx512Pair`] on AMD Zen 4
-    /// and later (family 0x19 with AVX-512, 0x1A), else AVX-512, AVX2, portable.
+    /// The rule, used where the kernels were not measured (see [`crate::tune`]):
+    /// [`Path::Avx512Pair`] on AMD Zen 4 and later (family 0x19 with AVX-512,
+    /// 0x1A), else AVX-512, AVX2, portable.
     pub fn best() -> Path {
         if Path::Avx512Pair.available() && adds_beside_fmas() {
             return Path::Avx512Pair;
@@ -114,32 +116,73 @@ impl Path {
             .unwrap_or(Path::Scalar)
     }
 
-    /// `BERTFLOW_FP32_KERNEL` (auto, scalar, avx2, avx512, avx512pair), else the
-    /// best; an error when the named kernel is unknown or not supported here.
-    pub fn from_env() -> Result<Path, Fp32Error> {
-        match std::env::var("BERTFLOW_FP32_KERNEL") {
-            Ok(s) if !s.is_empty() && s != "auto" => {
-                let path = Path::ALL
-                    .into_iter()
-                    .find(|p| p.name() == s)
-                    .ok_or(Fp32Error::BadName(s))?;
-                path.check()?;
-                Ok(path)
-            }
-            _ => Ok(Path::best()),
+    /// The kernel of this name (`scalar`, `avx2`, `avx512`, `avx512pair`).
+    pub fn from_name(name: &str) -> Option<Path> {
+        Path::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The arithmetic of the kernel, which decides the bits of its results:
+    /// `fma` (AVX2 and AVX-512 give the same bits), `plain` (portable: multiply
+    /// then add) or `pair` ([`Path::Avx512Pair`]). Cache keys of computed vectors
+    /// include it.
+    pub fn numerics(self) -> &'static str {
+        match self {
+            Path::Scalar => "plain",
+            Path::Avx2 | Path::Avx512 => "fma",
+            Path::Avx512Pair => "pair",
         }
     }
 
-    /// [`Path::from_env`], read once per process.
+    /// `BERTFLOW_FP32_KERNEL` (auto, scalar, avx2, avx512, avx512pair), else the
+    /// best; an error when the named kernel is unknown or not supported here.
+    pub fn from_env() -> Result<Path, Fp32Error> {
+        Ok(Path::env_override()?.unwrap_or_else(Path::best))
+    }
+
+    /// The kernel `BERTFLOW_FP32_KERNEL` names (`None` when unset, empty or
+    /// `auto`); an error when it is unknown or not supported here.
+    pub fn env_override() -> Result<Option<Path>, Fp32Error> {
+        match std::env::var("BERTFLOW_FP32_KERNEL") {
+            Ok(s) if !s.is_empty() && s != "auto" => {
+                let path = Path::from_name(&s).ok_or(Fp32Error::BadName(s))?;
+                path.check()?;
+                Ok(Some(path))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The kernel new layers run: `BERTFLOW_FP32_KERNEL` (read once per
+    /// process), else the one given to [`Path::choose`] (the encoder's choice by
+    /// measurement), else [`Path::best`].
     pub fn selected() -> Result<Path, Fp32Error> {
-        static SEL: std::sync::OnceLock<Result<Path, String>> = std::sync::OnceLock::new();
-        match SEL.get_or_init(|| Path::from_env().map_err(|e| e.to_string())) {
-            Ok(p) => Ok(*p),
+        static ENV: std::sync::OnceLock<Result<Option<Path>, String>> = std::sync::OnceLock::new();
+        match ENV.get_or_init(|| Path::env_override().map_err(|e| e.to_string())) {
+            Ok(Some(p)) => Ok(*p),
+            Ok(None) => Ok(Path::chosen().unwrap_or_else(Path::best)),
             Err(_) => Path::from_env(),
         }
     }
 
-    fn check(self) -> Result<(), Fp32Error> {
+    /// Make `self` the kernel of layers built from now on in this process
+    /// (unless `BERTFLOW_FP32_KERNEL` names one); an error if this CPU lacks it.
+    pub fn choose(self) -> Result<(), Fp32Error> {
+        self.check()?;
+        let i = Path::ALL.iter().position(|&p| p == self).unwrap_or(0);
+        CHOSEN.store(i as u8 + 1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The kernel given to [`Path::choose`], if any.
+    pub fn chosen() -> Option<Path> {
+        match CHOSEN.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            i => Path::ALL.get(i as usize - 1).copied(),
+        }
+    }
+
+    /// An error unless this CPU can run the kernel.
+    pub fn check(self) -> Result<(), Fp32Error> {
         if self.available() {
             return Ok(());
         }
@@ -147,6 +190,9 @@ impl Path {
         Err(Fp32Error::Unavailable(self.name(), names.join(", ")))
     }
 }
+
+/// [`Path::choose`]'s kernel: 0 for none, else its index in [`Path::ALL`] plus 1.
+static CHOSEN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Whether this CPU executes floating-point additions on pipes of their own
 /// beside two FMA pipes (AMD Zen 4 and later), so that [`Path::Avx512Pair`]'s
@@ -224,8 +270,8 @@ pub(crate) struct Tile<'a> {
 
 impl PackedLinear {
     /// From the PyTorch layout: `w` row-major `[n, k]` (out, in), `bias` of length
-    /// `n`; the kernel is [`Path::selected`] (the best this CPU has unless
-    /// `BERTFLOW_FP32_KERNEL` names one, an error if this CPU lacks it).
+    /// `n`; the kernel is [`Path::selected`] (`BERTFLOW_FP32_KERNEL`, an error if
+    /// this CPU lacks it, else the chosen or the best kernel).
     pub fn new(w: &[f32], bias: &[f32], n: usize, k: usize) -> Result<Self, Fp32Error> {
         if n == 0 || k == 0 || n.checked_mul(k) != Some(w.len()) || bias.len() != n {
             return Err(Fp32Error::Shape(format!(

@@ -1,6 +1,12 @@
-//! Which integer micro-kernel runs: chosen at run time from the CPU's features.
+//! Which integer micro-kernel runs: `BERTFLOW_INT8_KERNEL`, else the encoder's
+//! choice by measurement ([`Isa::choose`], see [`crate::tune`]), else the rule
+//! ([`Isa::best`]).
 use super::{KernelError, QMAX_7BIT, QMAX_8BIT};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
+
+/// [`Isa::choose`]'s kernel: 0 for none, else its index in [`Isa::ALL`] plus 1.
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
 
 /// Instruction set of the integer micro-kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +78,8 @@ impl Isa {
         Isa::ALL.into_iter().filter(|i| i.available()).collect()
     }
 
-    /// The fastest kernel this CPU can run: AVX512-VNNI, AVX-VNNI, AVX2, portable.
+    /// The rule, used where the kernels were not measured (see [`crate::tune`]):
+    /// AVX512-VNNI, AVX-VNNI, AVX2, portable.
     pub fn best() -> Isa {
         [Isa::Avx512Vnni, Isa::AvxVnni, Isa::Avx2]
             .into_iter()
@@ -80,28 +87,56 @@ impl Isa {
             .unwrap_or(Isa::Scalar)
     }
 
+    /// The kernel of this name (`scalar`, `avx2`, `avxvnni`, `avx512vnni`).
+    pub fn from_name(name: &str) -> Option<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name() == name)
+    }
+
     /// `BERTFLOW_INT8_KERNEL` (auto, scalar, avx2, avxvnni, avx512vnni), else the best;
     /// an error when the named kernel is unknown or not supported by this CPU.
     pub fn from_env() -> Result<Isa, KernelError> {
+        Ok(Isa::env_override()?.unwrap_or_else(Isa::best))
+    }
+
+    /// The kernel `BERTFLOW_INT8_KERNEL` names (`None` when unset, empty or
+    /// `auto`); an error when it is unknown or not supported by this CPU.
+    pub fn env_override() -> Result<Option<Isa>, KernelError> {
         match std::env::var("BERTFLOW_INT8_KERNEL") {
             Ok(s) if !s.is_empty() && s != "auto" => {
-                let isa = Isa::ALL
-                    .into_iter()
-                    .find(|i| i.name() == s)
-                    .ok_or(KernelError::BadName(s))?;
+                let isa = Isa::from_name(&s).ok_or(KernelError::BadName(s))?;
                 isa.check()?;
-                Ok(isa)
+                Ok(Some(isa))
             }
-            _ => Ok(Isa::best()),
+            _ => Ok(None),
         }
     }
 
-    /// [`Isa::from_env`], read once per process.
+    /// The kernel int8 models use: `BERTFLOW_INT8_KERNEL` (read once per
+    /// process), else the one given to [`Isa::choose`] (the encoder's choice by
+    /// measurement), else [`Isa::best`].
     pub fn selected() -> Result<Isa, KernelError> {
-        static SEL: OnceLock<Result<Isa, String>> = OnceLock::new();
-        match SEL.get_or_init(|| Isa::from_env().map_err(|e| e.to_string())) {
-            Ok(i) => Ok(*i),
+        static ENV: OnceLock<Result<Option<Isa>, String>> = OnceLock::new();
+        match ENV.get_or_init(|| Isa::env_override().map_err(|e| e.to_string())) {
+            Ok(Some(i)) => Ok(*i),
+            Ok(None) => Ok(Isa::chosen().unwrap_or_else(Isa::best)),
             Err(_) => Isa::from_env(),
+        }
+    }
+
+    /// Make `self` the kernel of int8 models loaded from now on in this process
+    /// (unless `BERTFLOW_INT8_KERNEL` names one); an error if this CPU lacks it.
+    pub fn choose(self) -> Result<(), KernelError> {
+        self.check()?;
+        let i = Isa::ALL.iter().position(|&p| p == self).unwrap_or(0);
+        CHOSEN.store(i as u8 + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The kernel given to [`Isa::choose`], if any.
+    pub fn chosen() -> Option<Isa> {
+        match CHOSEN.load(Ordering::Relaxed) {
+            0 => None,
+            i => Isa::ALL.get(i as usize - 1).copied(),
         }
     }
 
