@@ -23,7 +23,7 @@ use std::path::PathBuf;
 /// feature it is the command line's options (the weighting is flattened
 /// separately by the commands that offer `--weighting`); it reads and writes
 /// as JSON.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct PipelineConfig {
@@ -50,18 +50,6 @@ pub struct PipelineConfig {
     #[cfg_attr(feature = "clap", arg(skip))]
     #[serde(flatten)]
     pub weighting: Weighting,
-}
-
-impl Default for PipelineConfig {
-    fn default() -> Self {
-        Self {
-            model: EmbedderConfig::default(),
-            pooling: None,
-            calibrator: None,
-            allow_mismatch: false,
-            weighting: Weighting::default(),
-        }
-    }
 }
 
 impl PipelineConfig {
