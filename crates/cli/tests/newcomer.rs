@@ -12,24 +12,7 @@ use std::process::{Command, Stdio};
 
 /// `n` distinct STS-B test sentences in a text file.
 fn sentences(dir: &Path, n: usize) -> String {
-    let csv = Path::new(&common::data()).join("STSBenchmark/sts-test.csv");
-    let text = std::fs::read_to_string(&csv).expect("STS-B test split");
-    let mut seen: Vec<String> = Vec::new();
-    for line in text.lines() {
-        for s in line.split('\t').skip(5).take(2) {
-            let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
-            if !s.is_empty() && !seen.contains(&s) {
-                seen.push(s);
-            }
-        }
-        if seen.len() >= n {
-            break;
-        }
-    }
-    seen.truncate(n);
-    let path = dir.join(format!("sentences{n}.txt"));
-    std::fs::write(&path, seen.join("\n")).unwrap();
-    path.to_string_lossy().into_owned()
+    common::sts_test_sentences(dir, n)
 }
 
 fn s(p: &Path) -> String {

@@ -13,23 +13,7 @@ use std::path::Path;
 /// 600 distinct STS-B test sentences in a text file (more than the 384
 /// dimensions, so that a full whitening is well conditioned).
 fn sentences(dir: &Path) -> String {
-    let csv = Path::new(&common::data()).join("STSBenchmark/sts-test.csv");
-    let text = std::fs::read_to_string(&csv).expect("STS-B test split");
-    let mut seen: Vec<String> = Vec::new();
-    for line in text.lines() {
-        for s in line.split('\t').skip(5).take(2) {
-            let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
-            if !s.is_empty() && !seen.contains(&s) {
-                seen.push(s);
-            }
-        }
-        if seen.len() >= 600 {
-            break;
-        }
-    }
-    let path = dir.join("sentences.txt");
-    std::fs::write(&path, seen.join("\n")).unwrap();
-    path.to_string_lossy().into_owned()
+    common::sts_test_sentences(dir, 600)
 }
 
 fn encode(dir: &Path, name: &str, args: &[&str], input: &str) -> ndarray::Array2<f32> {

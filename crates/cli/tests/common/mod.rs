@@ -76,3 +76,26 @@ pub fn read_npy(path: &Path) -> ndarray::Array2<f32> {
     let mut r = bertflow_core::matrix_file::MatrixReader::open(path).expect("read .npy");
     r.next_chunk(usize::MAX).expect("read rows").expect("rows")
 }
+
+/// The first `n` distinct sentences of STS-B test (whitespace folded) in
+/// `dir/sentences{n}.txt`; returns its path.
+pub fn sts_test_sentences(dir: &Path, n: usize) -> String {
+    let csv = Path::new(&data()).join("STSBenchmark/sts-test.csv");
+    let text = std::fs::read_to_string(&csv).expect("STS-B test split");
+    let mut seen: Vec<String> = Vec::new();
+    for line in text.lines() {
+        for s in line.split('\t').skip(5).take(2) {
+            let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+            if !s.is_empty() && !seen.contains(&s) {
+                seen.push(s);
+            }
+        }
+        if seen.len() >= n {
+            break;
+        }
+    }
+    seen.truncate(n);
+    let path = dir.join(format!("sentences{n}.txt"));
+    std::fs::write(&path, seen.join("\n")).unwrap();
+    path.to_string_lossy().into_owned()
+}
