@@ -78,6 +78,22 @@ def test_ranges_are_cores(encoder):
         encoder.encode(SENTENCES, batch_size=0)
 
 
+def test_precision_from_the_environment_is_cores(tmp_path):
+    # BERTFLOW_PRECISION is resolved by core, as for the CLI: the default of
+    # Encoder(precision=None), and a bad value is a ValueError naming it.
+    env = dict(os.environ, BERTFLOW_PRECISION="int8")
+    code = ("import bertflow; print(bertflow.Encoder(%r, cache=False).precision, "
+            "bertflow.defaults()['precision'])" % MODEL)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["int8", "int8"]
+    env["BERTFLOW_PRECISION"] = "fp16"
+    code = "import bertflow; bertflow.Encoder(%r, precision='fp32', cache=False)" % MODEL
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode != 0
+    assert 'ValueError: precision: $BERTFLOW_PRECISION is "fp16"; valid: fp32, int8' in p.stderr
+
+
 def test_normalize(encoder):
     Z = encoder.encode(SENTENCES, normalize=True)
     X = encoder.encode(SENTENCES)
@@ -173,3 +189,18 @@ def _roundtrip(cal):
     path = os.path.join(d, "c.safetensors")
     cal.save(path)
     return path
+
+
+def test_spark_applies_cores_rules_without_restating_them():
+    # The sample size's range and the empty-text rule are core's (the same
+    # words as the CLI's --sample and --empty); checked before any Spark work.
+    with pytest.raises(ValueError, match=r"sample_size 0: sample: must be at least 1"):
+        bs.fit(None, "embedding", "flow", sample_size=0)
+    with pytest.raises(TypeError, match="sample_size must be an int"):
+        bs.fit(None, "embedding", "flow", sample_size=2.5)
+    from bertflow import _bertflow
+    assert tuple(_bertflow.EMPTY_RULES) == ("error", "skip", "keep")
+    texts = ["a", " ", None, "", "b"]
+    assert _bertflow.keep_rows(texts, "skip", str) == [True, False, True, False, True]
+    with pytest.raises(ValueError, match=r"^empty: row 1: empty text; `skip` drops"):
+        _bertflow.keep_rows(texts, "error", lambda i: f"row {i}")

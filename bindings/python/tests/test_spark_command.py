@@ -74,7 +74,7 @@ def test_text_input_gets_ids_from_the_input_order(spark, encoder, tmp_path):
     ref = encoder.encode([lines[i] for i in want])
     assert np.abs(X - ref).max() <= 1e-5
     # Without --empty the empty line is an error that names it.
-    with pytest.raises(Exception, match=r"empty text in column 'text' at row \{id=11\}"):
+    with pytest.raises(Exception, match=r"column 'text' at row \{id=11\}: empty text"):
         command.main(["--input", str(src), "--output", str(tmp_path / "o2.parquet"),
                       "--model", str(MODEL)])
     # An existing output is kept unless --overwrite.

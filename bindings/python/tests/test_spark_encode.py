@@ -63,7 +63,7 @@ def test_null_and_empty_texts(spark, encoder, tmp_path):
                    tmp_path / "t.parquet")
     df = spark.read.parquet(str(tmp_path / "t.parquet")).coalesce(1)
     # Default: the CLI's rule, an empty text is an error naming the row.
-    with pytest.raises(Exception, match=r"empty text in column 'text' at row \{id=2\}"):
+    with pytest.raises(Exception, match=r"column 'text' at row \{id=2\}: empty text; `skip` drops"):
         bs.encode(df, model=MODEL).collect()
     # keep: embedded as the empty sentence; null: a null vector.
     ids, X = spark_vectors(bs.encode(df, model=MODEL, empty="keep"))
@@ -105,7 +105,7 @@ def test_bad_arguments(spark, stsb_test):
         bs.encode(df, "id", model=MODEL)
     with pytest.raises(ValueError, match="exists already"):
         bs.encode(df, model=MODEL, output_col="id")
-    with pytest.raises(ValueError, match="empty must be one of"):
+    with pytest.raises(ValueError, match="empty: must be one of error, skip, keep"):
         bs.encode(df, model=MODEL, empty="drop")
     # Checked where the model loads: the job fails with the encoder's message.
     with pytest.raises(Exception, match="unknown pooling 'mean-of-nothing'; valid: cls"):

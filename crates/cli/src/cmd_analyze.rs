@@ -3,7 +3,7 @@
 //! alignment and uniformity, word frequency). The analyses live in
 //! `bertflow_core::analyze`; this module is the command line over them.
 use crate::args::{parse_pooling, DataArgs, ModelArgs};
-use anyhow::{bail, Result};
+use anyhow::Result;
 use bertflow_core::analyze::{
     analyse, dataset_json, frequency, frequency_figure, frequency_json, parse_kinds,
     pooling_figures, pooling_json, summary_text, write_plots, AnalysisOptions, EditUnit, Kinds,
@@ -91,9 +91,6 @@ impl AnalysisOpts {
 }
 
 pub fn run(a: AnalyzeArgs) -> Result<()> {
-    if a.opts.knn == 0 {
-        bail!("--knn must be at least 1");
-    }
     let opts = a.opts.options();
     let embedder = crate::args::load_model(&a.model)?;
     let data = StsbData::load(&embedder, &opts)?;

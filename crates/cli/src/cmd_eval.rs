@@ -2,10 +2,10 @@
 use crate::args::{open_pipeline, DataArgs, VectorArgs, WeightingArgs};
 use anyhow::{bail, Result};
 use bertflow_core::calib::CalibSpec;
-use bertflow_core::eval::{render_table, Aggregate, Task};
-use bertflow_core::grid::{load_targets, rows_json, Calib, FitOn, Grid, Target};
+use bertflow_core::eval::{Aggregate, Task};
+use bertflow_core::evaluate::{EvalSpec, Evaluation};
+use bertflow_core::grid::{load_targets, FitOn, Target};
 use clap::Args;
-use serde_json::{json, Value};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -108,72 +108,21 @@ pub fn run(a: EvalArgs) -> Result<()> {
     // A calibrator file brings its own weights; otherwise word-piece
     // frequencies are counted per task on the --on sentences.
     let pipeline = open_pipeline(&config)?;
-    let pooling = pipeline.pooling().clone();
-    let weighting = pipeline.grid_weighting();
-    let (embedder, calibrator) = pipeline.into_parts();
-    let calib = match (&a.fit, calibrator) {
-        (Some(spec), _) => Calib::spec(spec.clone()),
-        (None, Some(f)) => Calib::File(Box::new(f)),
-        (None, None) => Calib::spec(CalibSpec::none()),
-    };
-    if a.fit.is_none() && !weighting.needs_corpus() && a.tasks.on != FitOn::Target {
-        bail!("--on only applies with --fit (or a --weighting counted on the fit corpus)");
-    }
-    let poolings = [pooling.clone()];
-    let calibs = [calib];
-    let grid = Grid {
-        embedder: &embedder,
+    let spec = EvalSpec {
         data_dir: a.tasks.data.dir(),
         targets: &targets,
-        poolings: &poolings,
-        calibs: &calibs,
+        fit: a.fit,
         fit_on: a.tasks.on.clone(),
         aggregate,
-        weighting,
     };
-    let (rows, _) = grid.run()?;
-    let row = &rows[0];
-    let model = embedder.encoder.model_id().to_string();
+    let evaluation = Evaluation::run(pipeline, &spec)?;
     if a.json {
-        let mut v = rows_json(&targets, &rows, a.per_subset).remove(0);
-        let obj = v.as_object_mut().expect("object");
-        obj.insert("model".into(), json!(model));
-        obj.insert("aggregate".into(), json!(aggregate.name()));
-        if calibs[0].is_none() {
-            obj.insert("calibrator".into(), Value::Null);
-        } else {
-            obj.insert("fit_on".into(), json!(a.tasks.on.to_string()));
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
-    let columns: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
-    let pooling = match row.weighting.as_str() {
-        "mean" => pooling.to_string(),
-        w => format!("{pooling}[{w}]"),
-    };
-    let label = match &calibs[0] {
-        c if c.is_none() => pooling,
-        c => format!("{pooling} + {}", c.label()),
-    };
-    let cells = row.results.iter().map(|r| Some(r.spearman)).collect();
-    println!(
-        "{model}, Spearman x100 (aggregate: {})\n{}",
-        aggregate.name(),
-        render_table("pooling", &columns, &[(label, cells)], true)
-    );
-    if a.per_subset {
-        for (t, r) in targets.iter().zip(&row.results) {
-            if r.subsets.len() > 1 {
-                let cols: Vec<String> = r.subsets.iter().map(|s| s.name.clone()).collect();
-                let cells = r.subsets.iter().map(|s| Some(s.spearman)).collect();
-                println!(
-                    "\n{}\n{}",
-                    t.name,
-                    render_table("subset", &cols, &[(t.name.clone(), cells)], false)
-                );
-            }
-        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&evaluation.to_json(a.per_subset))?
+        );
+    } else {
+        print!("{}", evaluation.render(a.per_subset));
     }
     Ok(())
 }

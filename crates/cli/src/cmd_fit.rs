@@ -98,9 +98,7 @@ pub struct FitArgs {
 }
 
 pub fn run(a: FitArgs) -> Result<()> {
-    if a.sample == Some(0) {
-        anyhow::bail!("--sample must be at least 1");
-    }
+    bertflow_core::fitting::check_sample(a.sample)?;
     let weighting = a.weighting.clone();
     let (outcome, what) = match &a.embeddings {
         Some(_) if !weighting.is_plain_mean() => {

@@ -381,23 +381,38 @@ fn text_summary_and_other_edit_units() {
 
 #[test]
 fn bad_input_is_a_clear_error() {
-    let cases: [(&[&str], &[&str]); 5] = [
+    // One rule for every `--kinds` list (core's parse::spec_list): analyze,
+    // report and compare reject the same lists with the same words.
+    let cases: [(&[&str], &[&str]); 9] = [
         (
             &["analyze", "--kinds", "none,bogus"],
-            &["--kinds", "unknown calibrator kind 'bogus'"],
+            &["--kinds", "\"bogus\": "],
         ),
         (
             &["analyze", "--kinds", "none,,flow"],
-            &["empty calibrator kind"],
+            &["--kinds", "empty item"],
+        ),
+        (
+            &["compare", "--kinds", "none,,whiten"],
+            &["--kinds: empty item in \"none,,whiten\""],
+        ),
+        (
+            &["analyze", "--kinds", "whiten,whiten"],
+            &["--kinds", "\"whiten\" is listed twice"],
+        ),
+        (
+            &["compare", "--kinds", "whiten,whiten", "--tasks", "STS-B"],
+            &["--kinds: \"whiten\" is listed twice"],
+        ),
+        (
+            &["compare", "--kinds", "none,bogus"],
+            &["--kinds: \"bogus\": "],
         ),
         (
             &["analyze", "--edit-unit", "syllable"],
             &["--edit-unit", "syllable", "wordpiece", "char", "word"],
         ),
-        (
-            &["report", "--kinds", "whitening"],
-            &["unknown calibrator kind 'whitening'"],
-        ),
+        (&["report", "--kinds", "whitening"], &["\"whitening\": "]),
         (
             &[
                 "analyze",

@@ -263,6 +263,40 @@ fn threads_zero_is_refused_by_name() {
 }
 
 #[test]
+fn precision_from_the_environment_is_checked_by_core() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = sentences(tmp.path(), 3);
+    let run = |precision: &str, extra: &[&str]| {
+        let mut args = vec!["encode", "-i", &input, "-o", "-"];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_bertflow"))
+            .args(&args)
+            .env("BERTFLOW_PRECISION", precision)
+            .env("BERTFLOW_TUNE", "0")
+            .env("BERTFLOW_MODEL", model())
+            .env("BERTFLOW_CACHE", tmp.path())
+            .output()
+            .unwrap()
+    };
+    // A bad value is an error naming the variable, even beside --precision.
+    for extra in [&[][..], &["--precision", "fp32"][..]] {
+        let err = fails(&run("fp16", extra));
+        assert!(
+            err.contains("--precision: $BERTFLOW_PRECISION is \"fp16\"; valid: fp32, int8"),
+            "{err}"
+        );
+    }
+    // A good one is the default: int8 vectors differ from fp32 ones, and
+    // --precision still wins over it.
+    let int8 = ok(&run("int8", &[]));
+    let fp32 = ok(&run("int8", &["--precision", "fp32"]));
+    assert_ne!(int8, fp32);
+    assert_eq!(ok(&run("fp32", &[])), fp32);
+    let help = ok(&bertflow(&["encode", "--help"], tmp.path()));
+    assert!(help.contains("$BERTFLOW_PRECISION"), "{help}");
+}
+
+#[test]
 fn help_lists_each_kind_on_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     for cmd in ["eval", "fit", "compare"] {

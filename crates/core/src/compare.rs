@@ -35,22 +35,14 @@ pub struct Comparison {
 /// The weightings of a comma-separated list (`mean,usif,sif:a=1e-4`), each
 /// with the same frequency file; a field error when the list is empty.
 pub fn parse_weightings(list: &str, freq_file: Option<&std::path::Path>) -> Result<Vec<Weighting>> {
-    let mut out = Vec::new();
-    for p in crate::split_spec_list(list) {
-        if p.is_empty() {
-            continue;
-        }
-        let spec: WeightingSpec = p.parse()?;
-        out.push(Weighting {
+    Ok(crate::parse::spec_list::<WeightingSpec>("weighting", list)?
+        .into_iter()
+        .map(|(spec, _)| Weighting {
             spec,
             freq_file: freq_file.map(|f| f.to_path_buf()),
             fixed: None,
-        });
-    }
-    if out.is_empty() {
-        return Err(crate::CoreError::setting("weighting", "is empty"));
-    }
-    Ok(out)
+        })
+        .collect())
 }
 
 impl Comparison {

@@ -17,6 +17,8 @@ pub const MODEL_DIR: &str = "models/all-MiniLM-L6-v2";
 pub const ENV_MODEL: &str = "BERTFLOW_MODEL";
 /// Environment variable giving the number of worker threads.
 pub const ENV_THREADS: &str = "BERTFLOW_THREADS";
+/// Environment variable giving the precision of the linear products.
+pub const ENV_PRECISION: &str = "BERTFLOW_PRECISION";
 /// Environment variable naming the STS data folder.
 pub const ENV_DATA: &str = bertflow_eval::DATA_ENV;
 /// The pooling used when none is asked for and nothing else decides (see
@@ -77,6 +79,23 @@ pub fn model() -> String {
     env(ENV_MODEL).unwrap_or_else(|| locate(MODEL_DIR).to_string_lossy().into_owned())
 }
 
+/// The precision when none is given: `$BERTFLOW_PRECISION`, else fp32; an
+/// error names the setting when the variable is not a precision.
+pub fn precision() -> crate::Result<bertflow_encoder::Precision> {
+    match env(ENV_PRECISION) {
+        None => Ok(bertflow_encoder::Precision::default()),
+        Some(v) => v.trim().parse().map_err(|_| {
+            crate::CoreError::setting(
+                "precision",
+                format!(
+                    "${ENV_PRECISION} is {v:?}; valid: {}",
+                    bertflow_encoder::Precision::NAMES.join(", ")
+                ),
+            )
+        }),
+    }
+}
+
 /// Worker threads: `given`, else `$BERTFLOW_THREADS`, else `None` (every
 /// core); an error names the setting when it is not a whole number >= 1.
 pub fn threads(given: Option<usize>) -> crate::Result<Option<usize>> {
@@ -134,7 +153,7 @@ pub fn defaults() -> Defaults {
     Defaults {
         model: model(),
         pooling: POOLING.to_string(),
-        precision: bertflow_encoder::Precision::default().to_string(),
+        precision: precision().unwrap_or_default().to_string(),
         weighting: crate::weighting::Weighting::default().label(),
         batch_size: BATCH_SIZE,
         sample_seed: SAMPLE_SEED,
@@ -144,7 +163,7 @@ pub fn defaults() -> Defaults {
             ENV_THREADS,
             ENV_DATA,
             "BERTFLOW_CACHE",
-            "BERTFLOW_PRECISION",
+            ENV_PRECISION,
         ],
     }
 }

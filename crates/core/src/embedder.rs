@@ -62,10 +62,10 @@ pub struct EmbedderConfig {
     /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX-VNNI,
     /// AVX2 or portable kernel chosen likewise, or forced with
     /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar). BERTFLOW_TUNE=0: no
-    /// measuring, the rule by CPU family.
+    /// measuring, the rule by CPU family. Default: $BERTFLOW_PRECISION, else fp32.
     #[cfg_attr(
         feature = "clap",
-        arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::parse::parse_precision)
+        arg(long, default_value_t = crate::defaults::precision().unwrap_or_default(), value_parser = crate::parse::parse_precision)
     )]
     #[serde(with = "crate::parse::as_str")]
     pub precision: Precision,
@@ -80,7 +80,7 @@ impl Default for EmbedderConfig {
             threads: None,
             cache_dir: None,
             no_cache: false,
-            precision: Precision::default(),
+            precision: crate::defaults::precision().unwrap_or_default(),
         }
     }
 }
@@ -91,6 +91,9 @@ impl EmbedderConfig {
     /// `no_cache`: nothing is written there); the notes of choosing go to
     /// `progress`.
     pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
+        // A bad $BERTFLOW_PRECISION is an error even where a front end gave
+        // the precision (the defaults above fall back to fp32 silently).
+        crate::defaults::precision()?;
         let cache_dir = self
             .cache_dir
             .clone()

@@ -162,10 +162,13 @@ fn staging_dir(target: &Path) -> Result<tempfile::TempDir> {
             .map(|mut d| d.next().is_none())
             .unwrap_or(false);
         if !empty {
-            return Err(CoreError::Input(format!(
-                "{} exists and is not empty: remove it or choose another --output",
-                target.display()
-            )));
+            return Err(CoreError::setting(
+                "output",
+                format!(
+                    "{} exists and is not empty: remove it or choose another directory",
+                    target.display()
+                ),
+            ));
         }
     }
     let parent = target

@@ -43,6 +43,7 @@ pub struct FitOutcome {
 
 /// Fits `cfg.spec` on the embedding file.
 pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitOutcome> {
+    check_sample(cfg.sample)?;
     let mut reader = MatrixReader::open(&cfg.input)?;
     let (rows, cols) = (reader.rows(), reader.cols());
     let label = cfg.spec.to_string();
@@ -112,6 +113,7 @@ pub fn fit_sentences(
     sample: Option<usize>,
     weighting: &Weighting,
 ) -> Result<FitOutcome> {
+    check_sample(sample)?;
     if sentences.is_empty() {
         bail!("the fit corpus is empty");
     }
@@ -174,6 +176,14 @@ pub fn fit_sentences(
 /// them), not on streamed moment statistics: flow and auto.
 pub fn needs_rows(spec: &CalibSpec) -> bool {
     !spec.from_moments()
+}
+
+/// A sample size, when one is given, is at least 1 row.
+pub fn check_sample(sample: Option<usize>) -> Result<()> {
+    if sample == Some(0) {
+        return Err(CoreError::setting("sample", "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// The seed a `--sample` is drawn with: the flow's, else 42.

@@ -93,7 +93,10 @@ pub fn load_targets(data_dir: &Path, tasks: &[Task], pairs: &[PathBuf]) -> Resul
         });
     }
     if out.is_empty() {
-        bail!("nothing to evaluate: give --tasks and/or --pairs");
+        return Err(crate::CoreError::setting(
+            "tasks",
+            "nothing to evaluate: give tasks and/or pair files",
+        ));
     }
     Ok(out)
 }
@@ -126,6 +129,7 @@ impl Calib {
 }
 
 /// One row of results.
+#[derive(Debug, Clone)]
 pub struct Row {
     pub pooling: Pooling,
     /// The token weighting's spec (`mean`: none).
@@ -366,17 +370,12 @@ pub fn score_targets<'a>(
 }
 
 /// Calibrator rows from a list such as "none,whiten:k=5,flow:seed=1,epochs=2" (see
-/// [`crate::split_spec_list`]); each label is the spec as written.
+/// [`crate::parse::spec_list`] for the rule); each label is the spec as written.
 pub fn parse_calibs(s: &str) -> Result<Vec<Calib>> {
-    let parts: Vec<String> = crate::split_spec_list(s)
+    Ok(crate::parse::spec_list::<CalibSpec>("kinds", s)?
         .into_iter()
-        .filter(|p| !p.is_empty())
-        .collect();
-    crate::ensure!(!parts.is_empty(), "--kinds is empty");
-    parts
-        .into_iter()
-        .map(|p| Ok(Calib::Spec(p.parse::<CalibSpec>()?, p)))
-        .collect()
+        .map(|(spec, label)| Calib::Spec(spec, label))
+        .collect())
 }
 
 /// JSON objects for rows: {"pooling", "calibrator", "tasks": {...}, "average": {...}}.

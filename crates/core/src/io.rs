@@ -19,6 +19,59 @@ pub enum EmptyLines {
     Keep,
 }
 
+impl EmptyLines {
+    /// The rules by name, as `--empty` and `empty=` take them.
+    pub const NAMES: [&'static str; 3] = ["error", "skip", "keep"];
+}
+
+impl std::str::FromStr for EmptyLines {
+    type Err = crate::CoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "error" => Ok(EmptyLines::Error),
+            "skip" => Ok(EmptyLines::Skip),
+            "keep" => Ok(EmptyLines::Keep),
+            _ => Err(crate::CoreError::setting(
+                "empty",
+                format!("must be one of {}, got {s:?}", Self::NAMES.join(", ")),
+            )),
+        }
+    }
+}
+
+/// Whether a text counts as empty: nothing but whitespace.
+pub fn is_blank(text: &str) -> bool {
+    text.trim().is_empty()
+}
+
+/// The one empty-text rule of every front end (the CLI's `--empty`, the
+/// Spark job's `empty=`): which of `texts` to keep. A `None` (a null row) is
+/// kept, for the caller to give a null vector. With [`EmptyLines::Error`] the
+/// first empty text is a setting error on `empty` naming it as `describe`
+/// says (e.g. a file's line, a table's row).
+pub fn keep_rows(
+    texts: &[Option<&str>],
+    rule: EmptyLines,
+    describe: impl Fn(usize) -> String,
+) -> Result<Vec<bool>> {
+    let mut keep = Vec::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        let blank = t.is_some_and(is_blank);
+        if blank && rule == EmptyLines::Error {
+            return Err(empty_error(&describe(i)));
+        }
+        keep.push(!(blank && rule == EmptyLines::Skip));
+    }
+    Ok(keep)
+}
+
+fn empty_error(what: &str) -> crate::CoreError {
+    crate::CoreError::setting(
+        "empty",
+        format!("{what}: empty text; `skip` drops empty texts, `keep` embeds them"),
+    )
+}
+
 /// Most bytes of one input line (a sentence, or a JSONL record). Texts are
 /// cut to the model's `max_len` tokens anyway (and by characters before
 /// tokenising, see the encoder's `encode_prefix`), so a longer line is a
@@ -167,11 +220,9 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
         } else {
             line.to_string()
         };
-        if text.trim().is_empty() {
+        if is_blank(&text) {
             match empty {
-                EmptyLines::Error => bail!(
-                    "{name}:{lineno}: empty line; pass --empty skip to drop empty lines or --empty keep to embed them"
-                ),
+                EmptyLines::Error => return Err(empty_error(&format!("{name}:{lineno}"))),
                 EmptyLines::Skip => continue,
                 EmptyLines::Keep => {}
             }
@@ -245,4 +296,30 @@ pub fn npy_bytes(m: &Array2<f32>) -> Vec<u8> {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_empty_rule_keeps_nulls_and_names_the_first_empty_text() {
+        let texts = [Some("a"), Some("  \t"), None, Some(""), Some("b")];
+        let at = |i: usize| format!("row {i}");
+        assert_eq!(
+            keep_rows(&texts, EmptyLines::Skip, at).unwrap(),
+            [true, false, true, false, true]
+        );
+        assert_eq!(keep_rows(&texts, EmptyLines::Keep, at).unwrap(), [true; 5]);
+        let err = keep_rows(&texts, EmptyLines::Error, at)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "empty: row 1: empty text; `skip` drops empty texts, `keep` embeds them"
+        );
+        assert_eq!("skip".parse::<EmptyLines>().unwrap(), EmptyLines::Skip);
+        let err = "drop".parse::<EmptyLines>().unwrap_err().to_string();
+        assert_eq!(err, "empty: must be one of error, skip, keep, got \"drop\"");
+    }
 }

@@ -29,6 +29,7 @@ pub mod compare;
 pub mod defaults;
 pub mod embedder;
 pub mod error;
+pub mod evaluate;
 pub mod export;
 pub mod fitting;
 pub mod grid;

@@ -85,3 +85,68 @@ pub fn split_spec_list(s: &str) -> Vec<String> {
     }
     items
 }
+
+/// The items of a spec list ([`split_spec_list`]), each parsed, with its text
+/// as written: the one rule of every list option (`kinds` of compare, eval's
+/// grid and analyze; `weighting` of compare): no empty item, no item twice,
+/// at least one item. Errors are [`crate::CoreError::Setting`] on `field`.
+pub fn spec_list<T>(field: &'static str, s: &str) -> crate::error::Result<Vec<(T, String)>>
+where
+    T: std::str::FromStr + PartialEq,
+    T::Err: std::fmt::Display,
+{
+    let bad = |message: String| crate::error::CoreError::setting(field, message);
+    let mut out: Vec<(T, String)> = Vec::new();
+    for item in split_spec_list(s) {
+        if item.is_empty() {
+            return Err(bad(format!(
+                "empty item in {s:?}; give a comma-separated list such as none,whiten,flow"
+            )));
+        }
+        let value: T = item.parse().map_err(|e| bad(format!("{item:?}: {e}")))?;
+        if let Some((_, first)) = out.iter().find(|(v, _)| *v == value) {
+            return Err(bad(format!(
+                "{item:?} is listed twice (as {first:?} before)"
+            )));
+        }
+        out.push((value, item));
+    }
+    if out.is_empty() {
+        return Err(bad("is empty".to_string()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_lists_keep_options_and_reject_empty_and_repeated_items() {
+        let v: Vec<(WeightingSpec, String)> =
+            spec_list("weighting", "mean, sif:a=1e-4,punct=keep ,usif").unwrap();
+        let labels: Vec<&str> = v.iter().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(labels, ["mean", "sif:a=1e-4,punct=keep", "usif"]);
+        let err = |s: &str| {
+            spec_list::<WeightingSpec>("weighting", s)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            err("mean,,usif").starts_with("weighting: empty item"),
+            "{}",
+            err("mean,,usif")
+        );
+        assert!(err("").starts_with("weighting: empty item"), "{}", err(""));
+        assert!(
+            err("usif,usif").contains("\"usif\" is listed twice"),
+            "{}",
+            err("usif,usif")
+        );
+        assert!(
+            err("mean,bogus").starts_with("weighting: \"bogus\": "),
+            "{}",
+            err("mean,bogus")
+        );
+    }
+}

@@ -8,7 +8,6 @@ use crate::analyze::{
     analyse, frequency, frequency_figure, method_label, pooling_figures, spec_name,
     AnalysisOptions, EditUnit, FrequencyResult, PoolingResult, StsbData,
 };
-use crate::bail;
 use crate::embedder::Embedder;
 use crate::error::{CoreError, Result};
 use crate::grid::{load_targets, Calib, Grid, Row, Target};
@@ -252,13 +251,17 @@ fn twin_paths(html: &Path) -> (PathBuf, PathBuf, String) {
 /// Runs the STS grid and the analyses and writes the report files.
 pub fn write_report(embedder: &Embedder, a: &ReportOptions) -> Result<ReportFiles> {
     if a.poolings.is_empty() {
-        bail!("--poolings needs at least one pooling");
+        return Err(crate::CoreError::setting(
+            "poolings",
+            "give at least one pooling",
+        ));
     }
-    if a.analysis.knn == 0 {
-        bail!("--knn must be at least 1");
-    }
+    a.analysis.check()?;
     if a.output.extension().is_some_and(|e| e == "md") {
-        bail!("--output is the HTML file; the Markdown twin is written next to it");
+        return Err(crate::CoreError::setting(
+            "output",
+            "is the HTML file; the Markdown twin is written next to it",
+        ));
     }
     let progress = &*embedder.progress;
     let data_dir = a.analysis.data_dir.clone();

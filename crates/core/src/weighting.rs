@@ -107,11 +107,14 @@ impl Weighting {
         match rule {
             Adopt::Unless(path) => {
                 if !self.is_plain_mean() && self.spec.to_string() != own_label {
-                    crate::bail!(
-                        "calibrator {} was fitted with weighting {own_label}, not {} (leave --weighting out to use the file's)",
-                        path.display(),
-                        self.spec
-                    );
+                    return Err(crate::CoreError::setting(
+                        "weighting",
+                        format!(
+                            "calibrator {} was fitted with weighting {own_label}, not {} (leave the weighting unset to use the file's)",
+                            path.display(),
+                            self.spec
+                        ),
+                    ));
                 }
             }
             Adopt::Same => {

@@ -78,25 +78,21 @@ impl EditUnit {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kinds(pub Vec<CalibSpec>);
 
-/// Parses a comma-separated list of calibrator specs. Options of a spec may follow
-/// it with commas too: `none,flow:levels=2,steps=2,whiten` is none, the flow with
-/// both options, and whiten (an item `key=value` without `:` continues the previous
-/// spec). `none` is added in front when missing; repeated kinds are dropped.
+/// Parses a list of calibrator specs by the rule of every list
+/// ([`crate::parse::spec_list`], the same as compare's `--kinds`), then puts
+/// `none`, the baseline every analysis compares against, in front when it is
+/// not listed.
 pub fn parse_kinds(s: &str) -> Result<Kinds, String> {
-    let items = crate::split_spec_list(s);
-    let mut specs = vec![CalibSpec::none()];
-    for item in items {
-        if item.is_empty() {
-            return Err(format!(
-                "empty calibrator kind in '{s}'; give a comma-separated list such as none,flow,whiten"
-            ));
-        }
-        let spec: CalibSpec = item
-            .parse()
-            .map_err(|e| format!("unknown calibrator kind '{item}': {e}"))?;
-        if !specs.contains(&spec) {
-            specs.push(spec);
-        }
+    let listed = crate::parse::spec_list::<CalibSpec>("kinds", s).map_err(|e| match e {
+        crate::CoreError::Setting { message, .. } => message,
+        e => e.to_string(),
+    })?;
+    let mut specs: Vec<CalibSpec> = listed.into_iter().map(|(spec, _)| spec).collect();
+    if let Some(i) = specs.iter().position(|s| s.is_none()) {
+        let none = specs.remove(i);
+        specs.insert(0, none);
+    } else {
+        specs.insert(0, CalibSpec::none());
     }
     Ok(Kinds(specs))
 }
@@ -124,6 +120,17 @@ pub struct AnalysisOptions {
     pub random_pairs: usize,
     /// Seed of the random pairs and the kNN query subsets.
     pub seed: u64,
+}
+
+impl AnalysisOptions {
+    /// The ranges of the options (core's one check; every front end calls it
+    /// through [`StsbData::load`]).
+    pub fn check(&self) -> Result<()> {
+        if self.knn == 0 {
+            return Err(crate::CoreError::setting("knn", "must be at least 1"));
+        }
+        Ok(())
+    }
 }
 
 impl Default for AnalysisOptions {
@@ -168,6 +175,7 @@ pub struct StsbData {
 impl StsbData {
     /// Loads STS-B and computes the dev pairs' edit distances.
     pub fn load(embedder: &Embedder, opts: &AnalysisOptions) -> Result<Self> {
+        opts.check()?;
         let dir = opts.data_dir.clone();
         let dev = load_split(&dir, Task::StsB, Split::Dev).context("loading STS-B dev")?;
         let dev_pairs: Vec<Pair> = dev.subsets.into_iter().flat_map(|s| s.pairs).collect();

@@ -3,7 +3,7 @@
 use super::{best_median, cores, cpu_model, quantile, warn_if_busy, STSB_TEST_UNIQUE};
 use crate::error::{Context, Result};
 use crate::progress::Progress;
-use crate::{bail, ensure};
+use crate::CoreError;
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
 use bertflow_eval::{load_task, unique_sentences, Task};
 use serde::Serialize;
@@ -111,13 +111,20 @@ pub fn bench_encode(
     on_model: &mut dyn FnMut(&Encoder, Precision, usize, usize),
     on_run: &mut dyn FnMut(&EncodeRun),
 ) -> Result<EncodeBenchReport> {
-    ensure!(cfg.repeat >= 1, "--repeat must be at least 1");
-    ensure!(
-        !cfg.threads.is_empty() && cfg.threads.iter().all(|&t| t >= 1),
-        "--threads: give thread counts of at least 1"
-    );
+    if cfg.repeat == 0 {
+        return Err(CoreError::setting("repeat", "must be at least 1"));
+    }
+    if cfg.threads.is_empty() || cfg.threads.iter().any(|&t| t == 0) {
+        return Err(CoreError::setting(
+            "threads",
+            "give thread counts of at least 1",
+        ));
+    }
     if cfg.precisions.is_empty() {
-        bail!("--precision: give at least one precision");
+        return Err(CoreError::setting(
+            "precision",
+            "give at least one precision",
+        ));
     }
     let texts = cfg.sentences(progress)?;
     let mut results = Vec::new();

@@ -4,7 +4,6 @@
 //! `kernels.json`, and measure one core's FMA / VNNI peak so that each
 //! kernel's GFLOP/s reads against the hardware's limit.
 use super::{cores, cpu_model};
-use crate::ensure;
 use crate::error::{Context, Result};
 use bertflow_encoder::config::ModelConfig;
 use bertflow_encoder::kernels::fp32::Path;
@@ -99,7 +98,9 @@ fn peak_of(precision: &str, kernel: &str) -> Option<&'static str> {
 
 /// Runs it: every kernel, the choice among the eligible ones, the file.
 pub fn bench_tune(cfg: &TuneBench) -> Result<TuneReport> {
-    ensure!(cfg.rows >= 1, "--rows must be at least 1");
+    if cfg.rows == 0 {
+        return Err(crate::CoreError::setting("rows", "must be at least 1"));
+    }
     let files = ModelFiles::resolve(&cfg.model)?;
     let text = std::fs::read_to_string(&files.config)
         .map_err(crate::CoreError::io("read", &files.config))?;

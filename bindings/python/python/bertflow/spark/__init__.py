@@ -22,7 +22,8 @@ command-line job.
 
 import os
 
-from ._worker import EMPTY_RULES, SPARKFILES
+from .. import _bertflow
+from ._worker import SPARKFILES
 
 __all__ = ["encode", "moment_stats", "fit", "transform", "ship_model", "local_session",
            "DEFAULT_SAMPLE_SIZE"]
@@ -158,8 +159,7 @@ def encode(df, text_col="text", *, model, pooling=None, output_col="embedding",
     _check_column(df, text_col, (T.StringType,), "a string column")
     if output_col in df.columns:
         raise ValueError(f"bertflow.spark: column {output_col!r} exists already")
-    if empty not in EMPTY_RULES:
-        raise ValueError(f"bertflow.spark: empty must be one of {EMPTY_RULES}, got {empty!r}")
+    _bertflow.keep_rows([], empty, str)  # core's check of the rule's name
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)):
         raise TypeError(f"bertflow.spark: batch_size must be an int, got {batch_size!r}")
     cal_bytes = None
@@ -298,8 +298,12 @@ def fit(df, col="embedding", spec="whiten", *, sample_size=DEFAULT_SAMPLE_SIZE, 
     c = bertflow.calibrator(spec)
     if _from_moments(c._kind):
         return moment_stats(df, col).fit(c, source=source)
-    if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size < 2:
-        raise ValueError(f"bertflow.spark: sample_size must be an int >= 2, got {sample_size!r}")
+    if isinstance(sample_size, bool) or not isinstance(sample_size, int):
+        raise TypeError(f"bertflow.spark: sample_size must be an int, got {sample_size!r}")
+    try:
+        _bertflow.check_sample(max(sample_size, 0))  # core's range
+    except ValueError as e:
+        raise ValueError(f"bertflow.spark: sample_size {sample_size}: {e}") from None
     T = _types()
     _check_column(df, col, (T.ArrayType,), "an array column of vectors")
     import bertflow

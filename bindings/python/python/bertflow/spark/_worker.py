@@ -15,6 +15,8 @@ import os
 import socket
 import time
 
+from .. import _bertflow
+
 #: Loaded encoders and calibrators of this worker process.
 _ENCODERS = {}
 _CALIBRATORS = {}
@@ -23,7 +25,8 @@ _CALIBRATORS = {}
 #: :func:`bertflow.spark.ship_model`).
 SPARKFILES = "sparkfiles:"
 
-EMPTY_RULES = ("error", "skip", "keep")
+#: The empty-text rules (core's, as the CLI's ``--empty`` takes them).
+EMPTY_RULES = tuple(_bertflow.EMPTY_RULES)
 
 
 def _vector_type():
@@ -151,27 +154,22 @@ def encode_batches(batches, cfg):
     embedding column to every batch."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     enc = None
     field = pa.field(cfg["output_col"], _vector_type())
     clock = {"load": 0.0, "encode": 0.0, "rows": 0, "start": time.perf_counter()}
     for k, batch in enumerate(batches):
-        col = batch.column(cfg["text_col"])
+        name = cfg["text_col"]
+        col = batch.column(name)
+        # Core's empty-text rule (the CLI's --empty): which rows stay.
+        keep = np.asarray(_bertflow.keep_rows(
+            col.to_pylist(), cfg["empty"],
+            lambda i, b=batch: f"bertflow.spark: column {name!r} at row {_describe_row(b, i, name)}"),
+            dtype=bool)
+        if not keep.all():
+            batch = batch.filter(pa.array(keep))
+            col = batch.column(name)
         present = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0), False)
-        blank = np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
-        if blank.any():
-            if cfg["empty"] == "error":
-                i = int(np.flatnonzero(blank)[0])
-                raise ValueError(
-                    f"bertflow.spark: empty text in column {cfg['text_col']!r} at row "
-                    f"{_describe_row(batch, i, cfg['text_col'])}; pass empty='skip' to drop "
-                    "empty texts or empty='keep' to embed them (the CLI's --empty rule)")
-            if cfg["empty"] == "skip":
-                batch = batch.filter(pa.array(~blank))
-                col = batch.column(cfg["text_col"])
-                present = present[~blank]
         texts = [t for t, p in zip(col.to_pylist(), present) if p]
         if texts:
             if enc is None:
