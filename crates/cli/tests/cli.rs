@@ -213,7 +213,11 @@ fn bad_inputs_give_clear_errors() {
     let gap = write("gap.txt", b"one\n\n  \nfour\n");
     fails_with(
         &bertflow(&["encode", "-i", &gap, "-o", o], &cache),
-        &["gap.txt:2", "--empty: gap.txt:2: empty text; `skip` drops"],
+        &[
+            "gap.txt:2",
+            "--empty: ",
+            "gap.txt:2: empty text; `skip` drops",
+        ],
     );
     ok(&bertflow(
         &["encode", "-i", &gap, "-o", o, "--empty", "skip"],

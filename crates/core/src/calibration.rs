@@ -168,7 +168,7 @@ impl LoadedCalibrator {
         self.meta
             .weighting
             .as_ref()
-            .map(crate::weighting::from_meta)
+            .map(crate::weighting::Weighting::from_record)
             .transpose()
             .with_context(|| format!("calibrator {}", self.path.display()))
     }

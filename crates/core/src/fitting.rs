@@ -10,7 +10,7 @@ use crate::embedder::Embedder;
 use crate::error::{Context, CoreError, Result};
 use crate::matrix_file::{MatrixReader, NpyWriter};
 use crate::progress::Progress;
-use crate::weighting::{to_meta, Weighting};
+use crate::weighting::Weighting;
 use bertflow_calib::{
     fit_from_moments, CalibSpec, Calibrator, CalibratorMeta, Fitted, MomentStats,
 };
@@ -167,7 +167,7 @@ pub fn fit_sentences(
     if used < sentences.len() {
         meta = meta.with_sampled_from(sentences.len());
     }
-    meta.weighting = weights.map(|w| to_meta(&w, weighting.counts_from()));
+    meta.weighting = weights.map(|w| weighting.record(&w));
     meta.warnings = warnings;
     Ok(FitOutcome { fitted, meta })
 }

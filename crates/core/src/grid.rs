@@ -196,7 +196,7 @@ impl Grid<'_> {
             .collect();
         let weighted = !self.weighting.is_plain_mean();
         let mut fit_sets: Vec<Vec<String>> = Vec::new();
-        if self.needs_fit() || (weighted && self.weighting.freq_file.is_none()) {
+        if self.needs_fit() || self.weighting.needs_corpus() {
             match &self.fit_on {
                 FitOn::File(p) => {
                     let input = crate::io::read_sentences(p, false, crate::io::EmptyLines::Skip)?;
@@ -325,10 +325,7 @@ impl Grid<'_> {
             }
             Calib::File(f) => {
                 f.check(&self.embedder.encoder, pooling, &*self.embedder.progress)?;
-                let own = f.meta.weighting.as_ref().map(|w| w.key.as_str());
-                if own != self.weighting.fixed_key()
-                    && !(own.is_none() && self.weighting.is_plain_mean())
-                {
+                if !self.weighting.matches_record(f.meta.weighting.as_ref()) {
                     crate::bail!(
                         "calibrator {} was fitted with weighting {}: evaluate it with the file's own weights",
                         f.path.display(),

@@ -276,7 +276,7 @@ impl Pipeline {
     /// mean) for a pipeline without calibrator that was given its weighting
     /// ([`Adopt::Same`]: the file's weighting must be this one).
     pub fn use_weights_of(&mut self, meta: Option<&WeightingMeta>) -> Result<()> {
-        let own = meta.map(crate::weighting::from_meta).transpose()?;
+        let own = meta.map(Weighting::from_record).transpose()?;
         self.weights = self.weighting.adopt(own, Adopt::Same)?;
         Ok(())
     }
@@ -286,10 +286,7 @@ impl Pipeline {
     pub fn weighting_record(&self) -> Result<Option<WeightingMeta>> {
         match (&self.weights, self.weighting.is_plain_mean()) {
             (_, true) => Ok(None),
-            (Some(w), false) => Ok(Some(crate::weighting::to_meta(
-                w,
-                self.weighting.counts_from(),
-            ))),
+            (Some(w), false) => Ok(Some(self.weighting.record(w))),
             (None, false) => Err(self.not_counted()),
         }
     }

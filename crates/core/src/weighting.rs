@@ -184,28 +184,41 @@ pub enum Adopt<'a> {
     Same,
 }
 
-/// The record of `weights` for a calibrator file.
-pub fn to_meta(weights: &TokenWeights, counts_from: String) -> WeightingMeta {
-    WeightingMeta {
-        spec: weights.spec.to_string(),
-        counts_from,
-        key: weights.key().to_string(),
-        unseen: weights.unseen(),
-        usif_a: weights.usif_a,
-        weights: weights.weights().to_vec(),
+impl Weighting {
+    /// The calibrator-file record of `weights` (this weighting's, counted as
+    /// [`Weighting::counts_from`] says).
+    pub fn record(&self, weights: &TokenWeights) -> WeightingMeta {
+        WeightingMeta {
+            spec: weights.spec.to_string(),
+            counts_from: self.counts_from(),
+            key: weights.key().to_string(),
+            unseen: weights.unseen(),
+            usif_a: weights.usif_a,
+            weights: weights.weights().to_vec(),
+        }
     }
-}
 
-/// The weights recorded in a calibrator file.
-pub fn from_meta(meta: &WeightingMeta) -> Result<TokenWeights> {
-    let spec: WeightingSpec = meta.spec.parse().map_err(|e| {
-        crate::CoreError::Input(format!("calibrator file: weighting {:?}: {e}", meta.spec))
-    })?;
-    Ok(TokenWeights::from_parts(
-        spec,
-        meta.weights.clone(),
-        meta.unseen,
-        meta.usif_a,
-        meta.key.clone(),
-    )?)
+    /// The weights a calibrator file records.
+    pub fn from_record(meta: &WeightingMeta) -> Result<TokenWeights> {
+        let spec: WeightingSpec = meta.spec.parse().map_err(|e| {
+            crate::CoreError::Input(format!("calibrator file: weighting {:?}: {e}", meta.spec))
+        })?;
+        Ok(TokenWeights::from_parts(
+            spec,
+            meta.weights.clone(),
+            meta.unseen,
+            meta.usif_a,
+            meta.key.clone(),
+        )?)
+    }
+
+    /// Whether vectors pooled with this weighting are those a calibrator
+    /// whose file records `record` (`None`: the plain mean) was fitted on:
+    /// the same weights exactly, or the plain mean on both sides.
+    pub fn matches_record(&self, record: Option<&WeightingMeta>) -> bool {
+        match record {
+            Some(r) => self.fixed_key() == Some(r.key.as_str()),
+            None => self.is_plain_mean(),
+        }
+    }
 }

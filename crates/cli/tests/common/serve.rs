@@ -163,7 +163,13 @@ pub fn reference() -> &'static Reference {
             .weights(&enc, &texts)
             .unwrap()
             .expect("usif has weights");
-        meta.weighting = Some(bertflow_core::weighting::to_meta(&weights, "test".into()));
+        meta.weighting = Some(
+            bertflow_core::weighting::Weighting {
+                freq_file: Some("test".into()),
+                ..Default::default()
+            }
+            .record(&weights),
+        );
         let calib = dir.path().join("whiten.safetensors");
         fitted.save(&calib, &meta).unwrap();
 
