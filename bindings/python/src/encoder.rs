@@ -133,7 +133,8 @@ impl PyEncoder {
 
     /// The calibrator-file record of the current weights (None: plain mean).
     pub(crate) fn weighting_record(&self) -> PyResult<Option<bertflow_core::calib::WeightingMeta>> {
-        Python::attach(|py| self.with_pipeline(py, |p| p.weighting_record())).map_err(errors::core)
+        Python::attach(|py| self.with_pipeline(py, |p| p.weighting().record()))
+            .map_err(errors::core)
     }
 }
 
@@ -238,7 +239,7 @@ impl PyEncoder {
     /// Counts word-piece frequencies on `texts` for the weighting (GIL released).
     fn fit_weighting(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<()> {
         let texts = extract_texts(texts, "texts")?;
-        self.with_pipeline(py, |p| p.recount_weights(&texts))
+        self.with_pipeline(py, |p| p.count_weights(&texts, true))
             .map_err(errors::core)
     }
 
@@ -259,7 +260,7 @@ impl PyEncoder {
     /// Whether the weighting's word-piece frequencies are known.
     #[getter]
     fn weighting_ready(&self, py: Python<'_>) -> bool {
-        self.with_pipeline(py, |p| p.weights_ready())
+        self.with_pipeline(py, |p| p.weighting().ready())
     }
 
     /// fp32 or int8.

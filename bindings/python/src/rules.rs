@@ -26,6 +26,12 @@ fn keep_rows(
     core_keep_rows(&refs, rule, label).map_err(errors::core)
 }
 
+/// Whether `path` names JSON lines by its extension (core's `io::is_jsonl_path`).
+#[pyfunction]
+fn is_jsonl_path(path: std::path::PathBuf) -> bool {
+    bertflow_core::io::is_jsonl_path(&path)
+}
+
 /// Core's check of a sample size (`fitting::check_sample`).
 #[pyfunction]
 fn check_sample(n: usize) -> PyResult<()> {
@@ -35,6 +41,7 @@ fn check_sample(n: usize) -> PyResult<()> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(keep_rows, m)?)?;
     m.add_function(wrap_pyfunction!(check_sample, m)?)?;
+    m.add_function(wrap_pyfunction!(is_jsonl_path, m)?)?;
     m.add("EMPTY_RULES", EmptyLines::NAMES.to_vec())?;
     Ok(())
 }

@@ -83,12 +83,12 @@ def test_precision_from_the_environment_is_cores(tmp_path):
     # Encoder(precision=None), and a bad value is a ValueError naming it.
     env = dict(os.environ, BERTFLOW_PRECISION="int8")
     code = ("import bertflow; print(bertflow.Encoder(%r, cache=False).precision, "
-            "bertflow.defaults()['precision'])" % MODEL)
+            "bertflow.defaults()['precision'])" % str(MODEL))
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["int8", "int8"]
     env["BERTFLOW_PRECISION"] = "fp16"
-    code = "import bertflow; bertflow.Encoder(%r, precision='fp32', cache=False)" % MODEL
+    code = "import bertflow; bertflow.Encoder(%r, precision='fp32', cache=False)" % str(MODEL)
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert p.returncode != 0
     assert 'ValueError: precision: $BERTFLOW_PRECISION is "fp16"; valid: fp32, int8' in p.stderr
@@ -204,3 +204,7 @@ def test_spark_applies_cores_rules_without_restating_them():
     assert _bertflow.keep_rows(texts, "skip", str) == [True, False, True, False, True]
     with pytest.raises(ValueError, match=r"^empty: row 1: empty text; `skip` drops"):
         _bertflow.keep_rows(texts, "error", lambda i: f"row {i}")
+    # Input formats by extension: the CLI's rule (.json read as JSON lines too).
+    for p, jsonl in [("a.jsonl", True), ("a.NDJSON", True), ("d/a.json", True),
+                     ("a.txt", False), ("a", False), ("a.parquet", False)]:
+        assert _bertflow.is_jsonl_path(p) is jsonl, p

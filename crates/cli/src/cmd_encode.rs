@@ -42,7 +42,7 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     let mut pipeline = open_pipeline(&config)?;
     // Without a calibrator (which brings its weights) or a frequency file, the
     // word-piece frequencies are counted on the input.
-    pipeline.count_weights(&input.texts)?;
+    pipeline.count_weights(&input.texts, false)?;
     let mut m = pipeline.encode(&input.texts)?;
     if a.normalize {
         bertflow_core::Pipeline::normalize(&mut m);
@@ -55,7 +55,7 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     if let Some(c) = info.calibrator {
         meta.insert("calibrator".to_string(), c);
     }
-    if let Some(w) = pipeline.weights() {
+    if let Some(w) = pipeline.weighting().weights() {
         meta.insert("weighting".to_string(), w.spec.to_string());
     }
     if a.normalize {

@@ -50,7 +50,7 @@ impl<'a> Evaluation<'a> {
     /// the targets is a setting error unless something is fitted or counted on it.
     pub fn run(pipeline: Pipeline, spec: &EvalSpec<'a>) -> Result<Self> {
         let pooling = pipeline.pooling().clone();
-        let weighting = pipeline.grid_weighting();
+        let weighting = pipeline.weighting().for_grid();
         let (embedder, calibrator) = pipeline.into_parts();
         let calib = match (&spec.fit, calibrator) {
             (Some(kind), _) => Calib::spec(kind.clone()),

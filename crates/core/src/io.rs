@@ -159,6 +159,14 @@ pub struct Input {
     pub lines: Vec<usize>,
 }
 
+/// Whether a path names JSON lines by its extension (.jsonl, .ndjson, .json,
+/// any case): the one rule of the CLI's inputs and the Spark job's.
+pub fn is_jsonl_path(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "jsonl" | "ndjson" | "json"))
+}
+
 /// Read one sentence per line, or JSONL with a "text" field (by extension .jsonl /
 /// .ndjson / .json, as the Spark job reads them, or `jsonl = true`). `-` reads
 /// standard input.
@@ -174,11 +182,7 @@ pub fn read_sentences(path: &Path, jsonl: bool, empty: EmptyLines) -> Result<Inp
     } else {
         read_regular_file(path, MAX_INPUT_BYTES, "input file")?
     };
-    let jsonl = jsonl
-        || matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("jsonl" | "ndjson" | "json")
-        );
+    let jsonl = jsonl || is_jsonl_path(path);
     let mut texts = Vec::new();
     let mut lines = Vec::new();
     let mut raw: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();

@@ -2,18 +2,19 @@
 //! weighting, the precision of the forward pass and an optional calibrator,
 //! opened from one [`PipelineConfig`] and checked together once.
 //!
-//! The rule for token weights lives here (and in [`Weighting::adopt`]): a
-//! calibrator brings the weights it was fitted with (asking for another
-//! weighting is an error); without one, the weighting asked for is used, its
-//! word-piece frequencies read from its frequency file or counted on a corpus
-//! ([`Pipeline::count_weights`]: the input of `encode`, the fit corpus).
+//! The rule for token weights is [`ResolvedWeighting`]'s (`crate::weighting`,
+//! the one owner of weighting): a calibrator brings the weights it was fitted
+//! with (asking for another weighting is an error); without one, the
+//! weighting asked for is used, its word-piece frequencies read from its
+//! frequency file or counted on a corpus ([`Pipeline::count_weights`]: the
+//! input of `encode`, the fit corpus).
 use crate::calibration::{model_identity, LoadedCalibrator};
 use crate::embedder::{Embedder, EmbedderConfig};
 use crate::error::Result;
 use crate::progress::SharedProgress;
-use crate::weighting::{Adopt, Weighting};
+use crate::weighting::{ResolvedWeighting, Weighting};
 use bertflow_calib::{Calibrator, WeightingMeta};
-use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling, TokenWeights};
+use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -163,11 +164,7 @@ pub struct Pipeline {
     pooling: Pooling,
     source: PoolSource,
     calibrator: Option<LoadedCalibrator>,
-    /// The weighting asked for (as given: spec and frequency file).
-    weighting: Weighting,
-    /// The weights in use, once known (`None`: the plain mean, or counts
-    /// still to be taken on a corpus).
-    weights: Option<TokenWeights>,
+    weighting: ResolvedWeighting,
 }
 
 /// What a pipeline makes, for `GET /info`, logs and output metadata.
@@ -215,19 +212,12 @@ impl Pipeline {
         calibrator: Option<LoadedCalibrator>,
         weighting: Weighting,
     ) -> Result<Self> {
-        let weights = match &calibrator {
+        let weighting = match &calibrator {
             Some(c) => {
                 c.check(&embedder.encoder, &pooling, &*embedder.progress)?;
-                weighting.adopt(c.weights()?, Adopt::Unless(&c.path))?
+                ResolvedWeighting::of_calibrator(weighting, c.weights()?, &c.path)?
             }
-            None => {
-                weighting.check_pooling(&embedder.encoder, &pooling)?;
-                if weighting.needs_corpus() {
-                    None
-                } else {
-                    weighting.weights(&embedder.encoder, &[])?
-                }
-            }
+            None => ResolvedWeighting::asked(weighting, &embedder.encoder, &pooling)?,
         };
         let source = crate::st_pipeline::source(&embedder.encoder, &pooling)?;
         Ok(Self {
@@ -236,86 +226,36 @@ impl Pipeline {
             source,
             calibrator,
             weighting,
-            weights,
         })
     }
 
-    /// Whether the token weights are known (false only while a weighting
-    /// waits for [`Pipeline::count_weights`]).
-    pub fn weights_ready(&self) -> bool {
-        !self.weighting.needs_corpus() || self.weights.is_some() || self.calibrator.is_some()
+    /// The token weighting and the weights in use.
+    pub fn weighting(&self) -> &ResolvedWeighting {
+        &self.weighting
     }
 
-    /// The weights in use (`None`: the plain mean, or not counted yet).
-    pub fn weights(&self) -> Option<&TokenWeights> {
-        self.weights.as_ref()
+    /// Takes the weights a calibrator file records (see
+    /// [`ResolvedWeighting::adopt_record`]).
+    pub fn use_weights_of(&mut self, record: Option<&WeightingMeta>) -> Result<()> {
+        self.weighting.adopt_record(record)
     }
 
     /// Counts the weighting's word-piece frequencies on `corpus` when they
-    /// are still unknown (a calibrator's or a frequency file's weights stay).
-    pub fn count_weights(&mut self, corpus: &[String]) -> Result<()> {
-        if !self.weights_ready() {
-            self.weights = self.weighting.weights(&self.embedder.encoder, corpus)?;
-        }
-        Ok(())
-    }
-
-    /// Counts the frequencies on `corpus` whatever they were before (the
-    /// Python `Encoder.fit_weighting`; a no-op for the plain mean).
-    pub fn recount_weights(&mut self, corpus: &[String]) -> Result<()> {
-        let counted = Weighting {
-            freq_file: None,
-            fixed: None,
-            ..self.weighting.clone()
-        };
-        self.weights = counted.weights(&self.embedder.encoder, corpus)?;
-        Ok(())
-    }
-
-    /// Takes the weights recorded in a calibrator file (`None`: the plain
-    /// mean) for a pipeline without calibrator that was given its weighting
-    /// ([`Adopt::Same`]: the file's weighting must be this one).
-    pub fn use_weights_of(&mut self, meta: Option<&WeightingMeta>) -> Result<()> {
-        let own = meta.map(Weighting::from_record).transpose()?;
-        self.weights = self.weighting.adopt(own, Adopt::Same)?;
-        Ok(())
-    }
-
-    /// The calibrator-file record of the weights in use (`None`: the plain
-    /// mean); an error while they are not counted yet.
-    pub fn weighting_record(&self) -> Result<Option<WeightingMeta>> {
-        match (&self.weights, self.weighting.is_plain_mean()) {
-            (_, true) => Ok(None),
-            (Some(w), false) => Ok(Some(self.weighting.record(w))),
-            (None, false) => Err(self.not_counted()),
-        }
-    }
-
-    fn not_counted(&self) -> crate::CoreError {
-        crate::CoreError::Input(format!(
-            "weighting {} needs word-piece frequencies: call fit_weighting(corpus) first, \
-             or pass freq_file",
-            self.weighting.label()
-        ))
-    }
-
-    /// The weighting to hand to workflows that count per corpus (the STS
-    /// grid): the calibrator's exact weights when it has some, else the
-    /// weighting asked for.
-    pub fn grid_weighting(&self) -> Weighting {
-        match (&self.calibrator, &self.weights) {
-            (Some(_), Some(w)) => Weighting::fixed(w.clone()),
-            _ => self.weighting.clone(),
+    /// are still unknown; with `again`, whatever they were
+    /// ([`ResolvedWeighting::count`], [`ResolvedWeighting::recount`]).
+    pub fn count_weights(&mut self, corpus: &[String], again: bool) -> Result<()> {
+        let encoder = &self.embedder.encoder;
+        if again {
+            self.weighting.recount(encoder, corpus)
+        } else {
+            self.weighting.count(encoder, corpus)
         }
     }
 
     /// The raw (uncalibrated) embeddings of `texts`, through the cache.
     pub fn embed(&self, texts: &[String]) -> Result<Array2<f32>> {
-        if !self.weights_ready() {
-            return Err(self.not_counted());
-        }
-        self.embedder
-            .embed_weighted(texts, &self.pooling, self.weights.as_ref())
+        let weights = self.weighting.require()?;
+        self.embedder.embed_weighted(texts, &self.pooling, weights)
     }
 
     /// The calibrated embeddings of `texts` (through the cache).
@@ -331,14 +271,12 @@ impl Pipeline {
         texts: &[S],
         opts: &EncodeOptions,
     ) -> Result<Batch> {
-        if !self.weights_ready() {
-            return Err(self.not_counted());
-        }
+        let weights = self.weighting.require()?;
         let out = self.embedder.encoder.encode_weighted(
             texts,
             std::slice::from_ref(&self.source),
             opts,
-            self.weights.as_ref(),
+            weights,
             &|_| {},
         )?;
         let vectors =
@@ -403,10 +341,7 @@ impl Pipeline {
             model_id: enc.model_id().to_string(),
             model: model_identity(enc),
             pooling: self.pooling.to_string(),
-            weighting: match &self.weights {
-                Some(w) => Weighting::new(w.spec.clone()).label(),
-                None => self.weighting.label(),
-            },
+            weighting: self.weighting.label(),
             calibrator: self.calibrator.as_ref().map(LoadedCalibrator::describe),
             dimension: self.dimension(),
             max_len: self.max_len(),
@@ -453,11 +388,6 @@ impl Pipeline {
 
     pub fn calibrator(&self) -> Option<&LoadedCalibrator> {
         self.calibrator.as_ref()
-    }
-
-    /// The weighting asked for.
-    pub fn weighting(&self) -> &Weighting {
-        &self.weighting
     }
 
     /// The embedder and the calibrator, for workflows that take them apart

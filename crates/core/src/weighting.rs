@@ -222,3 +222,136 @@ impl Weighting {
         }
     }
 }
+
+/// A pipeline's token weighting: the weighting asked for and the weights in
+/// use once known. The one owner of the rules: a calibrator's weights win
+/// (another weighting asked for is refused, [`Weighting::adopt`]); a
+/// weighting that counts its frequencies on a corpus waits for one
+/// ([`ResolvedWeighting::count`]); the file record of the weights in use.
+#[derive(Debug, Clone)]
+pub struct ResolvedWeighting {
+    /// The weighting asked for (as given: spec and frequency file).
+    asked: Weighting,
+    /// The weights in use, once known (`None`: the plain mean, or counts
+    /// still to be taken on a corpus).
+    weights: Option<TokenWeights>,
+    /// Whether `weights` are a calibrator's (then nothing is counted).
+    from_calibrator: bool,
+}
+
+impl ResolvedWeighting {
+    /// The weights of a calibrator (`own`, `None`: the plain mean) fitted
+    /// with them, recorded in the file at `path`; asking for another
+    /// weighting than the plain mean or the file's is an error.
+    pub fn of_calibrator(
+        asked: Weighting,
+        own: Option<TokenWeights>,
+        path: &std::path::Path,
+    ) -> Result<Self> {
+        let weights = asked.adopt(own, Adopt::Unless(path))?;
+        Ok(Self {
+            asked,
+            weights,
+            from_calibrator: true,
+        })
+    }
+
+    /// The weighting asked for, on `pooling` (an averaging one, unless the
+    /// plain mean): its weights now, unless it counts them on a corpus.
+    pub fn asked(asked: Weighting, encoder: &Encoder, pooling: &Pooling) -> Result<Self> {
+        asked.check_pooling(encoder, pooling)?;
+        let weights = if asked.needs_corpus() {
+            None
+        } else {
+            asked.weights(encoder, &[])?
+        };
+        Ok(Self {
+            asked,
+            weights,
+            from_calibrator: false,
+        })
+    }
+
+    /// Whether the weights are known (false only while a weighting waits for
+    /// [`ResolvedWeighting::count`]).
+    pub fn ready(&self) -> bool {
+        self.from_calibrator || self.weights.is_some() || !self.asked.needs_corpus()
+    }
+
+    /// The weights in use (`None`: the plain mean, or not counted yet).
+    pub fn weights(&self) -> Option<&TokenWeights> {
+        self.weights.as_ref()
+    }
+
+    /// The weighting's label (`mean`: none), of the weights in use when known.
+    pub fn label(&self) -> String {
+        match &self.weights {
+            Some(w) => Weighting::new(w.spec.clone()).label(),
+            None => self.asked.label(),
+        }
+    }
+
+    /// The weights, or the error saying they still need a corpus.
+    pub fn require(&self) -> Result<Option<&TokenWeights>> {
+        if !self.ready() {
+            return Err(crate::CoreError::setting(
+                "weighting",
+                format!(
+                    "{} needs word-piece frequencies: count them on a corpus first \
+                     (Python: fit_weighting(corpus)), or give a frequency file",
+                    self.asked.label()
+                ),
+            ));
+        }
+        Ok(self.weights.as_ref())
+    }
+
+    /// Counts the frequencies on `corpus` when the weights are still unknown
+    /// (a calibrator's or a frequency file's weights stay).
+    pub fn count(&mut self, encoder: &Encoder, corpus: &[String]) -> Result<()> {
+        if !self.ready() {
+            self.weights = self.asked.weights(encoder, corpus)?;
+        }
+        Ok(())
+    }
+
+    /// Counts the frequencies on `corpus` whatever they were before (Python's
+    /// `Encoder.fit_weighting`; nothing for the plain mean).
+    pub fn recount(&mut self, encoder: &Encoder, corpus: &[String]) -> Result<()> {
+        let counted = Weighting {
+            freq_file: None,
+            fixed: None,
+            ..self.asked.clone()
+        };
+        self.weights = counted.weights(encoder, corpus)?;
+        Ok(())
+    }
+
+    /// Takes the weights a calibrator file records (`None`: the plain mean)
+    /// for a pipeline without calibrator that was given its weighting
+    /// ([`Adopt::Same`]: the file's weighting must be this one).
+    pub fn adopt_record(&mut self, record: Option<&WeightingMeta>) -> Result<()> {
+        let own = record.map(Weighting::from_record).transpose()?;
+        self.weights = self.asked.adopt(own, Adopt::Same)?;
+        Ok(())
+    }
+
+    /// The calibrator-file record of the weights in use (`None`: the plain
+    /// mean); an error while they are not counted yet.
+    pub fn record(&self) -> Result<Option<WeightingMeta>> {
+        if self.asked.is_plain_mean() && !self.from_calibrator {
+            return Ok(None);
+        }
+        Ok(self.require()?.map(|w| self.asked.record(w)))
+    }
+
+    /// The weighting to hand to workflows that count per corpus (the STS
+    /// grid): a calibrator's exact weights when it has some, else the
+    /// weighting asked for.
+    pub fn for_grid(&self) -> Weighting {
+        match (&self.weights, self.from_calibrator) {
+            (Some(w), true) => Weighting::fixed(w.clone()),
+            _ => self.asked.clone(),
+        }
+    }
+}

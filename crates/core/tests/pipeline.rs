@@ -215,30 +215,33 @@ fn a_calibrator_of_another_dimension_is_refused_even_with_allow_mismatch() {
 fn weights_are_counted_on_a_corpus_unless_known() {
     let corpus = corpus();
     let mut p = open(&config("last-avg", "usif"));
-    assert!(!p.weights_ready());
+    assert!(!p.weighting().ready());
     let err = p.embed(&corpus).unwrap_err().chain();
     assert!(err.contains("needs word-piece frequencies"), "{err}");
-    p.count_weights(&corpus).unwrap();
-    assert!(p.weights_ready());
+    p.count_weights(&corpus, false).unwrap();
+    assert!(p.weighting().ready());
     let want = Weighting::new("usif".parse().unwrap())
         .weights(p.encoder(), &corpus)
         .unwrap()
         .unwrap();
-    assert_eq!(p.weights().unwrap().key(), want.key());
-    assert_eq!(p.weights().unwrap().weights(), want.weights());
+    assert_eq!(p.weighting().weights().unwrap().key(), want.key());
+    assert_eq!(p.weighting().weights().unwrap().weights(), want.weights());
     // Counted once: another corpus does not change them.
-    p.count_weights(&corpus[..3]).unwrap();
-    assert_eq!(p.weights().unwrap().key(), want.key());
+    p.count_weights(&corpus[..3], false).unwrap();
+    assert_eq!(p.weighting().weights().unwrap().key(), want.key());
     let direct = p
         .embedder()
         .embed_weighted(&corpus, p.pooling(), Some(&want))
         .unwrap();
     assert_eq!(p.embed(&corpus).unwrap(), direct);
     // ... recount_weights does.
-    p.recount_weights(&corpus[..3]).unwrap();
-    assert_ne!(p.weights().unwrap().key(), want.key());
+    p.count_weights(&corpus[..3], true).unwrap();
+    assert_ne!(p.weighting().weights().unwrap().key(), want.key());
     // The plain mean needs nothing; a weighting needs an averaging pooling.
-    assert!(open(&config("last-avg", "mean")).weights().is_none());
+    assert!(open(&config("last-avg", "mean"))
+        .weighting()
+        .weights()
+        .is_none());
     let err = open_err(&config("cls", "usif"));
     assert!(err.contains("averaging poolings"), "{err}");
 }
@@ -252,9 +255,9 @@ fn a_calibrator_brings_its_weights_and_refuses_others() {
     // The command line's rule: `mean` (the default) takes the file's weights.
     for asked in ["mean", "usif"] {
         let p = open(&with_calibrator(config("last-avg", asked), &file, false));
-        assert_eq!(p.weights().unwrap().key(), own.key, "{asked}");
-        assert_eq!(p.weights().unwrap().weights(), &own.weights[..]);
-        assert!(p.weights_ready());
+        assert_eq!(p.weighting().weights().unwrap().key(), own.key, "{asked}");
+        assert_eq!(p.weighting().weights().unwrap().weights(), &own.weights[..]);
+        assert!(p.weighting().ready());
     }
     let err = open_err(&with_calibrator(config("last-avg", "sif"), &file, false));
     assert!(
@@ -269,16 +272,16 @@ fn a_calibrator_brings_its_weights_and_refuses_others() {
         "{err}"
     );
     mean.use_weights_of(None).unwrap();
-    assert!(mean.weights().is_none());
+    assert!(mean.weighting().weights().is_none());
     let mut usif = open(&config("last-avg", "usif"));
     usif.use_weights_of(Some(&own)).unwrap();
-    assert_eq!(usif.weights().unwrap().key(), own.key);
-    let record = usif.weighting_record().unwrap().unwrap();
+    assert_eq!(usif.weighting().weights().unwrap().key(), own.key);
+    let record = usif.weighting().record().unwrap().unwrap();
     assert_eq!(record.key, own.key);
     assert_eq!(record.weights, own.weights);
     // The STS grid gets the file's exact weights.
     let p = open(&with_calibrator(config("last-avg", "mean"), &file, false));
-    assert_eq!(p.grid_weighting().fixed_key(), Some(own.key.as_str()));
+    assert_eq!(p.weighting().for_grid().fixed_key(), Some(own.key.as_str()));
 }
 
 #[test]

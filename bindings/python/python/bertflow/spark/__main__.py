@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from bertflow import _bertflow
 from bertflow.spark import DEFAULT_SAMPLE_SIZE, _worker, calibrate_help
 
 
@@ -92,7 +93,7 @@ def read_input(spark, path, fmt, text_col):
         ext = os.path.splitext(path.rstrip("/"))[1].lower()
         if os.path.isdir(path) or ext == ".parquet":
             fmt = "parquet"
-        elif ext in (".jsonl", ".json", ".ndjson"):
+        elif _bertflow.is_jsonl_path(path.rstrip("/")):  # core's rule, as bertflow encode
             fmt = "jsonl"
         else:
             fmt = "text"
