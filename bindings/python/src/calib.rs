@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use bertflow_core::calib::{CalibSpec, Calibrator, FitOptions, Fitted, EXTERNAL_POOLING};
+use bertflow_core::calib::{CalibSpec, Calibrator, Fitted, EXTERNAL_POOLING};
 use bertflow_core::matrix_file::matrix_fingerprint;
 use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
 use pyo3::prelude::*;

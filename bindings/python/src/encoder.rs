@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use bertflow_core::encoder::EmbeddingCache;
 use bertflow_core::progress::silent;
-use bertflow_core::weighting::Weighting;
 use bertflow_core::{
-    Bar, EmbedderConfig, Pipeline, PipelineConfig, Pooling, Precision, Progress, SharedProgress,
-    WeightingSpec, POOLINGS,
+    Bar, Pipeline, PipelineConfig, Pooling, Precision, Progress, SharedProgress, WeightingSpec,
+    POOLINGS,
 };
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::exceptions::{PyTypeError, PyValueError};

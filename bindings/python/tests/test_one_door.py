@@ -36,6 +36,11 @@ def test_defaults_are_cores():
     assert d["precision"] == "fp32" and d["weighting"] == "mean"
     assert os.path.samefile(d["model"], MODEL)
     assert "BERTFLOW_MODEL" in d["env"] and "BERTFLOW_THREADS" in d["env"]
+    assert "BERTFLOW_PRECISION" in d["env"] and d["model_dir"] == "models/all-MiniLM-L6-v2"
+    # The Encoder's docstring states core's defaults, filled in from them.
+    doc = bertflow.Encoder.__doc__
+    assert "``models/all-MiniLM-L6-v2`` in the working directory" in doc
+    assert '``"last-avg"``.' in doc and "{pooling}" not in doc and "{model_dir}" not in doc
 
 
 def test_a_calibrator_file_brings_its_pooling(fla_calibrator, run_cli, tmp_path):

@@ -139,6 +139,9 @@ pub fn data_dir(given: Option<&Path>) -> PathBuf {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Defaults {
     pub model: String,
+    /// The default model's folder, relative ([`MODEL_DIR`]; `model` is where
+    /// it was found).
+    pub model_dir: &'static str,
     pub pooling: String,
     pub precision: String,
     pub weighting: String,
@@ -152,6 +155,7 @@ pub struct Defaults {
 pub fn defaults() -> Defaults {
     Defaults {
         model: model(),
+        model_dir: MODEL_DIR,
         pooling: POOLING.to_string(),
         precision: precision().unwrap_or_default().to_string(),
         weighting: crate::weighting::Weighting::default().label(),

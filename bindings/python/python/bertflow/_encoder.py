@@ -1,5 +1,6 @@
 """The sentence encoder."""
 
+import json
 import os
 import sys
 
@@ -49,7 +50,9 @@ class _StderrProgress:
 def _fill_doc(doc):
     pools = "\n".join(f"            ``{name!r}``: {what}" for name, what in POOLINGS)
     types = ", ".join(f"``{t}``" for t in _bertflow.model_types())
-    return doc.replace("{poolings}", pools).replace("{model_types}", types)
+    d = json.loads(_bertflow.defaults())  # core's defaults, not restated here
+    return (doc.replace("{poolings}", pools).replace("{model_types}", types)
+            .replace("{model_dir}", d["model_dir"]).replace("{pooling}", d["pooling"]))
 
 
 class Encoder:
@@ -65,7 +68,7 @@ class Encoder:
             or ``vocab.txt``), a sentence-transformers directory, or a hub id
             (e.g. ``"bert-base-uncased"``) found in the local Hugging Face cache
             (nothing is downloaded). Default: ``$BERTFLOW_MODEL``, else
-            ``models/all-MiniLM-L6-v2`` in the working directory or in the
+            ``{model_dir}`` in the working directory or in the
             checkout the package was installed from. config.json's
             ``model_type`` is one of: {model_types}.
         pooling: How token vectors become one sentence vector:
@@ -73,7 +76,7 @@ class Encoder:
             Default: the calibrator's pooling; else ``"st"`` for a
             sentence-transformers directory whose modules change the vectors
             (a Dense or bertflow's calibrator: an exported directory); else
-            ``"last-avg"``.
+            ``"{pooling}"``.
         max_len: Truncate sentences at this many tokens, [CLS] and [SEP]
             included. Default: the model's position limit (512 for BERT).
         threads: Worker threads, each running whole batches on one core.
@@ -85,9 +88,10 @@ class Encoder:
             ``~/.cache/bertflow``), a path for another folder, ``False`` for
             none.
 
-        precision: ``"fp32"`` (default) or ``"int8"`` (linear layers with s8
+        precision: ``"fp32"`` or ``"int8"`` (linear layers with s8
             weights per output channel and dynamically quantised activations;
-            mean cosine to fp32 >= 0.99).
+            mean cosine to fp32 >= 0.99). Default: ``$BERTFLOW_PRECISION``,
+            else ``"fp32"``.
         weighting: Token weighting of the averaging poolings: ``"mean"``
             (default), ``"sif"``, ``"usif"``, with options as in the CLI
             (``"sif:a=1e-4"``, ``"usif:punct=keep"``). ``sif``/``usif`` need
