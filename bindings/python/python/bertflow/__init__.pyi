@@ -139,6 +139,11 @@ class Flow(Calibrator):
         permutation: str = "reverse",
     ) -> None: ...
 
+class Pca(Calibrator):
+    k: Optional[int]
+    centre: str
+    def __init__(self, k: Optional[int] = None, centre: str = "false") -> None: ...
+
 class SoftWhitening(Calibrator):
     alpha: float
     shrink: float
