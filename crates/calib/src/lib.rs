@@ -58,6 +58,7 @@ mod io;
 mod linear;
 mod moments;
 mod pca;
+pub mod quantize;
 mod real;
 pub mod registry;
 mod softwhiten;
@@ -78,11 +79,12 @@ pub use fit::{fit, fit_from_moments};
 pub use flow::Flow;
 pub use io::{
     check_compatible, CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING,
-    FORMAT_VERSION, METADATA_KEY, WEIGHTING_TENSOR,
+    FORMAT_VERSION, METADATA_KEY, QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{MomentStats, MOMENT_BLOCK};
 pub use pca::Pca;
+pub use quantize::{Codes, QuantKind, QuantSpec, Quantizer, Ranges};
 pub use registry::{Kind, Param, ParamType, Value, KINDS};
 pub use softwhiten::SoftWhitening;
 pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation, SoftParams};
@@ -175,7 +177,10 @@ impl Fitted {
             Fitted::SoftWhiten(s) => CalibSpec::fitted("softwhiten", &s.params.values()),
             Fitted::Auto(_) => CalibSpec::fitted("auto", &[]),
             Fitted::Pca(p) => {
-                let centre = ("centre", Value::Choice(if p.centre { "true" } else { "false" }));
+                let centre = (
+                    "centre",
+                    Value::Choice(if p.centre { "true" } else { "false" }),
+                );
                 match p.k {
                     Some(n) => CalibSpec::fitted("pca", &[k(n)[0], centre]),
                     None => CalibSpec::fitted("pca", &[centre]),

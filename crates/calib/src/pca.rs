@@ -37,7 +37,11 @@ pub struct Pca {
 }
 
 impl Pca {
-    pub(crate) fn from_moments(stats: &MomentStats, k: Option<usize>, centre: bool) -> Result<Self> {
+    pub(crate) fn from_moments(
+        stats: &MomentStats,
+        k: Option<usize>,
+        centre: bool,
+    ) -> Result<Self> {
         let d = stats.dim();
         let (matrix, mean) = if centre {
             check_moments("pca", stats, 2)?;

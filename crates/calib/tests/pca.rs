@@ -59,7 +59,10 @@ fn uncentred_axes_of_a_known_second_moment() {
     let n = (2 * d) as f64;
     for j in 0..d {
         let want = 2.0 * c[j] * c[j] / n;
-        assert!((p.eigenvalues()[j] - want).abs() < 1e-5 * want, "eigenvalue {j}");
+        assert!(
+            (p.eigenvalues()[j] - want).abs() < 1e-5 * want,
+            "eigenvalue {j}"
+        );
     }
     assert!(p.mean().iter().all(|&m| m == 0.0));
 }
@@ -105,11 +108,7 @@ fn uncentred_full_rotation_keeps_every_cosine_and_norm() {
         assert!((gx[[i, i]].sqrt() - gy[[i, i]].sqrt()).abs() < 1e-4 * gx[[i, i]].sqrt());
     }
     // Energy per output coordinate is decreasing.
-    let energy: Vec<f64> = yf
-        .mapv(|v| v * v)
-        .mean_axis(Axis(0))
-        .unwrap()
-        .to_vec();
+    let energy: Vec<f64> = yf.mapv(|v| v * v).mean_axis(Axis(0)).unwrap().to_vec();
     assert!(energy.windows(2).all(|w| w[0] >= w[1] * (1.0 - 1e-9)));
 }
 
@@ -156,7 +155,8 @@ fn file_round_trip_and_affine_form() {
     for (spec, tensors) in [("pca:k=3", 2), ("pca:centre=true", 3)] {
         let f = fit_str(spec, &x);
         let path = dir.path().join("p.safetensors");
-        f.save(&path, &CalibratorMeta::new("m", "mean", 8, 200)).unwrap();
+        f.save(&path, &CalibratorMeta::new("m", "mean", 8, 200))
+            .unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         assert_eq!(st.names().len(), tensors, "{spec}");
