@@ -57,8 +57,8 @@ fn uncentred_axes_of_a_known_second_moment() {
     assert_eq!((p.out_dim, p.centre, p.k), (6, false, None));
     assert_axes(p.rotation(), &r, d, 1e-6);
     let n = (2 * d) as f64;
-    for j in 0..d {
-        let want = 2.0 * c[j] * c[j] / n;
+    for (j, cj) in c.iter().enumerate() {
+        let want = 2.0 * cj * cj / n;
         assert!(
             (p.eigenvalues()[j] - want).abs() < 1e-5 * want,
             "eigenvalue {j}"
