@@ -338,3 +338,49 @@ pub fn fit_sentences_quantized(
     out.meta.quantizer = Some(fit_stage(&out.fitted, rows.view(), spec)?);
     Ok(out)
 }
+
+/// [`crate::fitting::transform_file`], writing codes when the calibrator
+/// file ends in a quantizer (the codes are collected in memory, then
+/// written as one `.npy`); returns (rows, dimension, what was written).
+pub fn transform_file_output(
+    calibrator: &LoadedCalibrator,
+    input: &Path,
+    output: &Path,
+    progress: &dyn crate::progress::Progress,
+) -> Result<(usize, usize, &'static str)> {
+    let Some(q) = stage_of(calibrator) else {
+        let (rows, dim) = crate::fitting::transform_file(calibrator, input, output, progress)?;
+        return Ok((rows, dim, "float32"));
+    };
+    if output.extension().is_none_or(|e| e != "npy") {
+        bail!(
+            "{}: {} codes are written as .npy (int8 or uint8)",
+            output.display(),
+            q.spec.kind.name()
+        );
+    }
+    let mut reader = crate::matrix_file::MatrixReader::open(input)?;
+    if reader.cols() != calibrator.fitted.input_dim() {
+        bail!(
+            "{} has {}-dimensional rows, the calibrator {} expects {}",
+            input.display(),
+            reader.cols(),
+            calibrator.path.display(),
+            calibrator.fitted.input_dim()
+        );
+    }
+    let mut parts = Vec::new();
+    while let Some(chunk) = reader.next_chunk(crate::fitting::CHUNK_ROWS)? {
+        let y = calibrator.apply(chunk.view())?;
+        parts.push(q.quantize(y.view())?.bytes);
+    }
+    let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+    let bytes = if views.is_empty() {
+        Array2::zeros((0, q.code_bytes()))
+    } else {
+        ndarray::concatenate(Axis(0), &views).map_err(|e| crate::CoreError::Input(e.to_string()))?
+    };
+    let out = Output::from_codes(Codes::new(q.spec.kind, q.dim, bytes)?);
+    write_codes(output, &out)?;
+    Ok((out.rows(), out.dim(), out.kind()))
+}
