@@ -139,10 +139,7 @@ fn transform_chunks(fitted: &Fitted, x: ArrayView2<f32>) -> Result<Array2<f32>> 
     if views.is_empty() {
         return Ok(Array2::zeros((0, fitted.output_dim())));
     }
-    Ok(
-        ndarray::concatenate(Axis(0), &views)
-            .map_err(|e| crate::CoreError::Input(e.to_string()))?,
-    )
+    ndarray::concatenate(Axis(0), &views).map_err(|e| crate::CoreError::Input(e.to_string()))
 }
 
 /// The quantizer stage a loaded calibrator file ends in, if any.
