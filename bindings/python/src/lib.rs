@@ -14,6 +14,7 @@ mod errors;
 mod export;
 mod fitted;
 mod moments;
+mod quantize;
 mod sts;
 
 /// The compiled core of bertflow; use the `bertflow` package instead.
@@ -24,6 +25,7 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     encoder::register(m)?;
     calib::register(m)?;
     moments::register(m)?;
+    quantize::register(m)?;
     sts::register(m)?;
     export::register(m)?;
     Ok(())

@@ -50,6 +50,7 @@ from ._calibrators import (  # noqa: E402
 )
 from ._encoder import POOLINGS, Encoder, defaults, poolings  # noqa: E402
 from ._moments import MomentStats  # noqa: E402
+from ._quantize import Quantizer, hamming_similarity, int8_dot  # noqa: E402
 from . import sts  # noqa: E402
 from . import st  # noqa: E402
 
@@ -75,6 +76,9 @@ __all__ = [
     "kinds",
     "load",
     "MomentStats",
+    "Quantizer",
+    "hamming_similarity",
+    "int8_dot",
     "CalibratorFileError",
     "sts",
     "st",
