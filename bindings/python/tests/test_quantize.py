@@ -113,3 +113,23 @@ def test_pca_is_a_rotation(rng):
         return n @ n.T
     np.testing.assert_allclose(cos(y), cos(x), atol=1e-5)
     assert bertflow.Pca(k=5, centre="true").fit(x).spec == "pca:k=5,centre=true"
+
+
+def test_spark_writes_the_codes_of_a_file_with_a_stage(spark, rng):
+    import bertflow.spark as bs
+    from pyspark.sql import types as T
+
+    x = correlated(rng, 120, 24)
+    c = bertflow.Pca(k=16).fit(x, quantize="binary:itq=true,iters=5")
+    rows = [(i, x[i].tolist() if i != 7 else None) for i in range(len(x))]
+    schema = T.StructType([T.StructField("id", T.LongType()),
+                           T.StructField("embedding", T.ArrayType(T.FloatType()))])
+    df = spark.createDataFrame(rows, schema).repartition(3)
+    out = bs.transform(df, "embedding", c, output_col="codes")
+    assert isinstance(out.schema["codes"].dataType, T.BinaryType)
+    got = {r["id"]: r["codes"] for r in out.select("id", "codes").collect()}
+    want = c.transform(x, quantize=True)
+    assert got[7] is None
+    for i in range(len(x)):
+        if i != 7:
+            np.testing.assert_array_equal(np.frombuffer(got[i], dtype=np.int8), want[i])
