@@ -3,7 +3,7 @@
 //! code matrices through the kernels crate.
 
 use bertflow_core::calib::{CalibratorMeta, Fitted, Identity};
-use bertflow_core::quantize::{dot_i8, hamming, QuantSpec, Quantizer};
+use bertflow_core::quantize::{dot_i8, hamming, Codes, QuantSpec, Quantizer};
 use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -77,6 +77,21 @@ impl PyQuantizer {
         let x = x.as_array();
         let c = py.detach(|| self.q.quantize(x)).map_err(errors::calib)?;
         Ok(codes_array(py, c))
+    }
+
+    /// Vectors back from codes given as their raw bytes (uint8; int8 codes
+    /// viewed as uint8): the centre of each code's step (`s q` for one global
+    /// scale), +-1 per dimension for bits. Errors on a width that is not
+    /// this quantizer's.
+    fn dequantize<'py>(
+        &self,
+        py: Python<'py>,
+        codes: PyReadonlyArray2<'py, u8>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let bytes = codes.as_array().to_owned();
+        let c = Codes::new(self.q.spec.kind, self.q.dim, bytes).map_err(errors::calib)?;
+        let y = py.detach(|| self.q.dequantize(&c)).map_err(errors::calib)?;
+        Ok(y.into_pyarray(py))
     }
 
     /// Canonical spec string.

@@ -29,8 +29,14 @@ def test_int8_global_and_per_dimension_ranges(rng):
     np.testing.assert_array_equal(q.transform(x), np.clip(np.round(x / s), -127, 127).astype(np.int8))
     u = bertflow.Quantizer("uint8").fit(x).transform(x)
     np.testing.assert_array_equal(u.astype(np.int16) - 128, q.transform(x))
-    d = bertflow.Quantizer("uint8", ranges="dim").fit(x).transform(x)
+    qd = bertflow.Quantizer("uint8", ranges="dim").fit(x)
+    d = qd.transform(x)
     assert d.min(axis=0).tolist() == [0] * 12 and d.max(axis=0).tolist() == [255] * 12
+    step = (x.max(axis=0) - x.min(axis=0)) / 255
+    assert np.all(np.abs(qd.inverse_transform(d) - x) <= step / 2 + 1e-6)
+    np.testing.assert_allclose(q.inverse_transform(q.transform(x)), q.transform(x) * s, rtol=1e-6)
+    with pytest.raises(ValueError, match="bytes per row"):
+        qd.inverse_transform(d[:, :5])
 
 
 def test_itq_objective_never_increases(rng):

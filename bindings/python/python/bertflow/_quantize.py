@@ -80,6 +80,15 @@ class Quantizer(*_BASES):
         """``fit(X).transform(X)``."""
         return self.fit(X).transform(X)
 
+    def inverse_transform(self, C):
+        """Vectors back from codes (float32): the centre of each code's step
+        (``s q`` with one global scale), +-1 per dimension for bits (in the
+        ITQ-rotated space). Score per-dimension ranges through it."""
+        C = np.asarray(C)
+        if C.dtype not in (np.int8, np.uint8):
+            raise TypeError(f"codes must be int8 or uint8, not {C.dtype}")
+        return self._fitted().dequantize(np.ascontiguousarray(np.atleast_2d(C)).view(np.uint8))
+
     def describe(self):
         """One line describing the fitted quantizer."""
         return self._fitted().describe()
