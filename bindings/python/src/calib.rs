@@ -181,6 +181,18 @@ impl PyFitted {
         serde_json::to_string(&self.fitted).map_err(|e| errors::calib_meta(e.to_string()))
     }
 
+    /// The quantizer stage the file ends in, if any.
+    #[getter]
+    fn quantizer(&self) -> Option<crate::quantize::PyQuantizer> {
+        crate::quantize::stage_of(self)
+    }
+
+    /// A copy ending in the quantizer `stage` (`None`: without one).
+    #[pyo3(signature = (stage=None))]
+    fn with_quantizer(&self, stage: Option<&crate::quantize::PyQuantizer>) -> PyResult<PyFitted> {
+        crate::quantize::with_stage(self, stage)
+    }
+
     fn __repr__(&self) -> String {
         format!("<bertflow fitted {}>", self.fitted.describe())
     }

@@ -14,6 +14,7 @@ mod errors;
 mod export;
 mod fitted;
 mod moments;
+mod quantize;
 mod rules;
 mod sts;
 
@@ -26,6 +27,7 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     calib::register(m)?;
     moments::register(m)?;
     rules::register(m)?;
+    quantize::register(m)?;
     sts::register(m)?;
     export::register(m)?;
     Ok(())

@@ -23,7 +23,7 @@ def test_kinds_equals_the_command(run_cli):
     out = json.loads(run_cli("kinds", "--json").stdout)
     assert bertflow.kinds() == out
     assert [k["name"] for k in out] == [
-        "none", "sn", "whiten", "natsv", "sn+natsv", "softwhiten", "auto", "flow"
+        "none", "sn", "whiten", "natsv", "sn+natsv", "pca", "softwhiten", "auto", "flow"
     ]
     text = run_cli("kinds").stdout
     for k in out:

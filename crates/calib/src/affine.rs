@@ -72,6 +72,7 @@ impl Fitted {
                 }
                 Some(_) => None,
             },
+            Fitted::Pca(c) => Some(Affine::centred(c.mean(), c.rotation().clone())),
             Fitted::SoftWhiten(_) | Fitted::Flow(_) => None,
         }
     }

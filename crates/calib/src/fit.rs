@@ -11,6 +11,7 @@ use crate::error::{CalibError, Result};
 use crate::flow::Flow;
 use crate::linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 use crate::moments::{check_moments, MomentStats};
+use crate::pca::Pca;
 use crate::softwhiten::{Eigen, SoftWhitening};
 use crate::spec::CalibSpec;
 use crate::{stats, FitOptions, FitProgress, Fitted};
@@ -64,6 +65,11 @@ pub fn fit_from_moments(spec: &CalibSpec, stats: &MomentStats) -> Result<Fitted>
         "whiten" => Fitted::Whiten(Whitening::from_moments(stats, k)?),
         "natsv" => Fitted::Natsv(Natsv::from_moments(stats, k.expect("natsv has k"))?),
         "sn+natsv" => Fitted::SnNatsv(SnNatsv::from_moments(stats, k.expect("natsv has k"))?),
+        "pca" => Fitted::Pca(Pca::from_moments(
+            stats,
+            k,
+            spec.choice("centre") == Some("true"),
+        )?),
         "softwhiten" => {
             let e = Eigen::from_moments("softwhiten", stats)?;
             let p = spec.soft_params().expect("a softwhiten spec");

@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{CalibError, Result};
 use crate::{Calibrator, Fitted};
 
-/// Version of the file layout written by this crate.
+/// Version of the file layout written by this crate for a calibrator alone.
 pub const FORMAT_VERSION: u32 = 1;
+/// Version written for a file that ends in a quantizer stage (older
+/// readers refuse it by its version instead of misreading it).
+pub const QUANTIZED_FORMAT_VERSION: u32 = 2;
 /// The `__metadata__` key holding the JSON header.
 pub const METADATA_KEY: &str = "bertflow_calibrator";
 /// Field of the JSON header holding the tensors' checksum: the CRC-32, 8 hex
@@ -77,6 +80,10 @@ pub struct CalibratorMeta {
     /// NLL got worse): kept in the file so that whoever uses it can see it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The quantizer stage the file ends in, applied to the calibrator's
+    /// output (its scales and rotation are tensors named `quantizer.*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantizer: Option<crate::Quantizer>,
 }
 
 /// The tensor holding [`WeightingMeta::weights`] in a calibrator file.
@@ -134,6 +141,7 @@ impl CalibratorMeta {
             weighting: None,
             sampled_from: None,
             warnings: Vec::new(),
+            quantizer: None,
         }
     }
 
@@ -177,6 +185,7 @@ impl CalibratorMeta {
         meta.seed = self.seed;
         meta.sampled_from = self.sampled_from;
         meta.warnings = self.warnings.clone();
+        meta.quantizer = self.quantizer.clone();
         meta
     }
 
@@ -363,9 +372,13 @@ pub(crate) fn to_bytes(fitted: &Fitted, meta: &CalibratorMeta) -> Result<Vec<u8>
         )));
     }
     let mut meta = meta.clone();
-    meta.format_version = FORMAT_VERSION;
+    let version = crate::quantize::check_stage(&meta, fitted.output_dim())?;
+    meta.format_version = version;
     let mut w = TensorWriter::default();
     fitted.write_tensors(&mut w);
+    if let Some(q) = &meta.quantizer {
+        q.write_tensors(&mut w);
+    }
     if let Some(wm) = &meta.weighting {
         if wm.weights.is_empty() || wm.weights.iter().any(|v| !v.is_finite() || *v < 0.0) {
             return Err(CalibError::Meta(
@@ -388,7 +401,7 @@ pub(crate) fn to_bytes(fitted: &Fitted, meta: &CalibratorMeta) -> Result<Vec<u8>
         .map_err(|e| CalibError::Meta(format!("cannot build tensors: {e}")))?;
     let header = FileHeaderRef {
         format: FORMAT_NAME,
-        format_version: FORMAT_VERSION,
+        format_version: version,
         meta: &meta,
         calibrator: fitted,
         tensors_crc32: tensors_crc32(
@@ -434,10 +447,10 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
         )));
     }
     match value.get("format_version").and_then(|v| v.as_u64()) {
-        Some(v) if v <= FORMAT_VERSION as u64 && v >= 1 => {}
+        Some(v) if v <= QUANTIZED_FORMAT_VERSION as u64 && v >= 1 => {}
         Some(v) => {
             return Err(err(format!(
-                "format version {v} is not supported (this bertflow reads up to {FORMAT_VERSION})"
+                "format version {v} is not supported (this bertflow reads up to {QUANTIZED_FORMAT_VERSION})"
             )))
         }
         None => return Err(err("header has no format_version".into())),
@@ -460,6 +473,9 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
     };
     fitted.read_tensors(&mut reader)?;
     let mut meta = header.meta;
+    if let Some(q) = &mut meta.quantizer {
+        q.read_tensors(&mut reader)?;
+    }
     if let Some(wm) = &mut meta.weighting {
         let len = reader
             .st
@@ -493,6 +509,7 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
     };
     reader.finish()?;
     checksum?;
+    crate::quantize::check_stage(&meta, fitted.output_dim()).map_err(|e| err(e.to_string()))?;
     if meta.input_dim != fitted.input_dim() {
         return Err(err(format!(
             "meta.input_dim {} does not match the calibrator's input dimension {}",

@@ -13,6 +13,7 @@
 //! | `sn+natsv:k=N` | standardisation, then all-but-the-top                             |
 //! | `flow[:...]`   | BERT-flow (Li et al. 2020), see [`FlowConfig`] and [`spec`]       |
 //! | `softwhiten[:alpha=A,shrink=L,drop=K,blend=B]` | soft whitening with shrinkage, see [`SoftWhitening`] |
+//! | `pca[:k=N,centre=BOOL]` | rotation onto the principal axes, see [`Pca`]          |
 //! | `auto`         | decides from the fit data alone, see [`Auto`] and [`advise()`]    |
 //!
 //! The kinds, their parameters, defaults and ranges are written once, in
@@ -56,6 +57,8 @@ mod flow;
 mod io;
 mod linear;
 mod moments;
+mod pca;
+pub mod quantize;
 mod real;
 pub mod registry;
 mod softwhiten;
@@ -76,10 +79,12 @@ pub use fit::{fit, fit_from_moments};
 pub use flow::Flow;
 pub use io::{
     check_compatible, CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING,
-    FORMAT_VERSION, METADATA_KEY, WEIGHTING_TENSOR,
+    FORMAT_VERSION, METADATA_KEY, QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{MomentStats, MOMENT_BLOCK};
+pub use pca::Pca;
+pub use quantize::{Codes, QuantKind, QuantSpec, Quantizer, Ranges};
 pub use registry::{Kind, Param, ParamType, Value, KINDS};
 pub use softwhiten::SoftWhitening;
 pub use spec::{CalibSpec, Coupling, FlowConfig, Permutation, SoftParams};
@@ -130,6 +135,9 @@ pub enum Fitted {
     /// `auto`
     #[serde(rename = "auto")]
     Auto(Auto),
+    /// `pca`
+    #[serde(rename = "pca")]
+    Pca(Pca),
 }
 
 impl Fitted {
@@ -143,6 +151,7 @@ impl Fitted {
             Fitted::Flow(c) => c,
             Fitted::SoftWhiten(c) => c,
             Fitted::Auto(c) => c,
+            Fitted::Pca(c) => c,
         }
     }
 
@@ -167,6 +176,16 @@ impl Fitted {
             Fitted::Flow(f) => CalibSpec::fitted("flow", &f.config.values()),
             Fitted::SoftWhiten(s) => CalibSpec::fitted("softwhiten", &s.params.values()),
             Fitted::Auto(_) => CalibSpec::fitted("auto", &[]),
+            Fitted::Pca(p) => {
+                let centre = (
+                    "centre",
+                    Value::Choice(if p.centre { "true" } else { "false" }),
+                );
+                match p.k {
+                    Some(n) => CalibSpec::fitted("pca", &[k(n)[0], centre]),
+                    None => CalibSpec::fitted("pca", &[centre]),
+                }
+            }
         }
     }
 
@@ -214,6 +233,7 @@ impl Fitted {
             Fitted::Flow(f) => f.write_tensors(w),
             Fitted::SoftWhiten(s) => s.write_tensors(w, ""),
             Fitted::Auto(a) => a.write_tensors(w),
+            Fitted::Pca(p) => p.write_tensors(w),
         }
     }
 
@@ -236,6 +256,7 @@ impl Fitted {
             Fitted::Flow(f) => f.read_tensors(r),
             Fitted::SoftWhiten(s) => s.read_tensors(r, ""),
             Fitted::Auto(a) => a.read_tensors(r),
+            Fitted::Pca(p) => p.read_tensors(r),
         }
     }
 }

@@ -129,7 +129,7 @@ fn deserialize_checks_values() {
         r#"{"kind":"flow","coupling":"spline"}"#,
         r#"{"kind":"softwhiten","alpha":2.0}"#,
         r#"{"kind":"sn","k":1}"#,
-        r#"{"kind":"pca"}"#,
+        r#"{"kind":"ica"}"#,
         r#"{"k":1}"#,
         r#"{"kind":"whiten","k":"3"}"#,
     ] {
@@ -140,8 +140,8 @@ fn deserialize_checks_values() {
 #[test]
 fn invalid_specs_explain_what_is_valid() {
     assert!(reason("").contains("valid kinds"));
-    assert!(reason("pca").contains("unknown kind \"pca\""));
-    assert!(reason("pca").contains("whiten"));
+    assert!(reason("ica").contains("unknown kind \"ica\""));
+    assert!(reason("ica").contains("whiten"));
     assert!(reason("sn:k=3").contains("sn takes no options"));
     assert!(reason("none:x=1").contains("takes no options"));
     assert!(reason("whiten:q=3").contains("valid options for whiten: k"));

@@ -12,7 +12,7 @@ use common::*;
 use ndarray::Array2;
 use safetensors::tensor::{SafeTensors, TensorView};
 
-const SPECS: [&str; 12] = [
+const SPECS: [&str; 14] = [
     "none",
     "sn",
     "whiten",
@@ -25,6 +25,8 @@ const SPECS: [&str; 12] = [
     "softwhiten:alpha=0.5,shrink=0.25,drop=2",
     "softwhiten:alpha=0.6,shrink=0,blend=0.5",
     "auto",
+    "pca:k=5",
+    "pca:centre=true",
 ];
 
 fn data() -> Array2<f32> {

@@ -31,6 +31,7 @@ fn names_are_the_known_kinds_in_order() {
             "whiten",
             "natsv",
             "sn+natsv",
+            "pca",
             "softwhiten",
             "auto",
             "flow"
@@ -39,7 +40,7 @@ fn names_are_the_known_kinds_in_order() {
     assert_eq!(
         registry::synopsis(),
         "none, sn, whiten[:k=N], natsv:k=N, sn+natsv:k=N, \
-         softwhiten[:alpha=X,shrink=X,drop=N,blend=X], auto, \
+         pca[:k=N,centre=false|true], softwhiten[:alpha=X,shrink=X,drop=N,blend=X], auto, \
          flow[:levels=N,steps=N,width=N,epochs=N,lr=X,batch=N,seed=N,coupling=additive|affine,permutation=reverse|lu]"
     );
 }
@@ -136,9 +137,10 @@ fn out_of_range_values_are_refused_with_the_range() {
             }
         }
     }
-    // whiten k, natsv k, sn+natsv k: 1 each; softwhiten: 4 + 4 + 0 + 4;
-    // flow: levels, steps, width 2 each, epochs 1, lr 3, batch 1, 2 choices.
-    assert_eq!(checked, 3 + 12 + 6 + 1 + 3 + 1 + 2);
+    // whiten k, natsv k, sn+natsv k: 1 each; pca: k 1, centre 1; softwhiten:
+    // 4 + 4 + 0 + 4; flow: levels, steps, width 2 each, epochs 1, lr 3,
+    // batch 1, 2 choices.
+    assert_eq!(checked, 3 + 2 + 12 + 6 + 1 + 3 + 1 + 2);
     let e = "whiten:k=0".parse::<CalibSpec>().unwrap_err().to_string();
     assert!(e.contains("k must be >= 1, got 0"), "{e}");
     let e = CalibSpec::new("flow", &[("levels", Value::Int(17))])
@@ -156,8 +158,8 @@ fn out_of_range_values_are_refused_with_the_range() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("valid options for whiten: k"), "{e}");
-    let e = CalibSpec::new("pca", &[]).unwrap_err().to_string();
-    assert!(e.contains("unknown kind \"pca\""), "{e}");
+    let e = CalibSpec::new("ica", &[]).unwrap_err().to_string();
+    assert!(e.contains("unknown kind \"ica\""), "{e}");
 }
 
 #[test]

@@ -3,6 +3,7 @@ use crate::args::{open_pipeline, VectorArgs, WeightingArgs};
 use crate::progress;
 use anyhow::Result;
 use bertflow_core::io::{read_sentences, write_embeddings, EmptyLines};
+use bertflow_core::quantize::{self, Output, QuantSpec};
 use clap::Args;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +29,12 @@ pub struct EncodeArgs {
     /// product is the cosine.
     #[arg(long)]
     pub normalize: bool,
+    /// Write codes of a quantizer fitted on these vectors (after the calibrator):
+    /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true,iters=N], ubinary[:...];
+    /// the output is then a .npy of int8 or uint8. A calibrator file that ends in a
+    /// quantizer (`bertflow fit --quantize`) writes its codes without this flag.
+    #[arg(long, value_name = "QUANTIZER")]
+    pub quantize: Option<QuantSpec>,
     /// What to do with empty lines.
     #[arg(long, value_enum, default_value_t = EmptyLines::Error)]
     pub empty: EmptyLines,
@@ -43,10 +50,22 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     // Without a calibrator (which brings its weights) or a frequency file, the
     // word-piece frequencies are counted on the input.
     pipeline.count_weights(&input.texts, false)?;
-    let mut m = pipeline.encode(&input.texts)?;
-    if a.normalize {
-        bertflow_core::Pipeline::normalize(&mut m);
-    }
+    let m = pipeline.encode(&input.texts)?;
+    let m = match quantize::encode_output(&pipeline, m, a.quantize.as_ref(), a.normalize)? {
+        Output::F32(m) => m,
+        codes => {
+            quantize::write_codes(&a.output, &codes)?;
+            progress::note(format!(
+                "wrote {} x {} {} codes ({} bytes each) to {}",
+                codes.rows(),
+                codes.dim(),
+                codes.kind(),
+                codes.bytes_per_row(),
+                a.output.display()
+            ));
+            return Ok(());
+        }
+    };
     let info = pipeline.info();
     let mut meta = HashMap::new();
     meta.insert("model".to_string(), info.model_id);

@@ -7,6 +7,7 @@ use bertflow_core::encoder::Pooling;
 use bertflow_core::eval::{dedup_preserving_order, fit_sentences, FitCorpus, Task};
 use bertflow_core::fitting::{self, fit_embeddings, ExternalFit, FitOutcome};
 use bertflow_core::io::{read_sentences, EmptyLines};
+use bertflow_core::quantize::{self, QuantSpec};
 use clap::Args;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -88,6 +89,12 @@ pub struct FitArgs {
     /// stream their statistics and always use every row.
     #[arg(long, value_name = "N")]
     pub sample: Option<usize>,
+    /// End the file in a quantizer fitted on the calibrated fit rows:
+    /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true,iters=N],
+    /// ubinary[:...]. `bertflow encode --calibrator FILE` then writes codes.
+    /// The fit rows are kept in memory.
+    #[arg(long, value_name = "QUANTIZER")]
+    pub quantize: Option<QuantSpec>,
     #[command(flatten)]
     pub weighting: WeightingArgs,
     #[command(flatten)]
@@ -113,7 +120,10 @@ pub fn run(a: FitArgs) -> Result<()> {
                 label: a.label.clone(),
                 sample: a.sample,
             };
-            let out = fit_embeddings(&cfg, &*progress::handle())?;
+            let out = match &a.quantize {
+                Some(q) => quantize::fit_embeddings_quantized(&cfg, q, &*progress::handle())?,
+                None => fit_embeddings(&cfg, &*progress::handle())?,
+            };
             (out, "embedding rows")
         }
         None => {
@@ -123,9 +133,14 @@ pub fn run(a: FitArgs) -> Result<()> {
             };
             let sentences = dedup_preserving_order(sentences);
             let emb = crate::args::load_model(&a.model)?;
-            let out = fitting::fit_sentences(
-                &emb, &sentences, &a.pooling, &a.kind, a.sample, &weighting,
-            )?;
+            let out = match &a.quantize {
+                Some(q) => quantize::fit_sentences_quantized(
+                    &emb, &sentences, &a.pooling, &a.kind, a.sample, &weighting, q,
+                )?,
+                None => fitting::fit_sentences(
+                    &emb, &sentences, &a.pooling, &a.kind, a.sample, &weighting,
+                )?,
+            };
             (out, "sentences")
         }
     };
@@ -141,8 +156,13 @@ pub fn run(a: FitArgs) -> Result<()> {
     } else {
         format!(" ({dims})")
     };
+    let stage = meta
+        .quantizer
+        .as_ref()
+        .map(|q| format!(", then {}", q.describe()))
+        .unwrap_or_default();
     progress::note(format!(
-        "fitted {described} on {} {what}{dims}; wrote {}",
+        "fitted {described} on {} {what}{dims}{stage}; wrote {}",
         meta.fit_corpus_size,
         a.output.display()
     ));

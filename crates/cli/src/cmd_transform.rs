@@ -1,7 +1,7 @@
 //! `bertflow transform`: apply a calibrator file to embeddings from anywhere.
 use crate::progress;
 use anyhow::Result;
-use bertflow_core::fitting::transform_file;
+use bertflow_core::quantize::transform_file_output;
 use bertflow_core::LoadedCalibrator;
 use clap::Args;
 use std::path::PathBuf;
@@ -21,7 +21,8 @@ pub struct TransformArgs {
     /// tensor, `embeddings` if several).
     #[arg(long, short = 'i', value_name = "FILE")]
     pub input: PathBuf,
-    /// Where to write the calibrated embeddings (float32 .npy, same row order).
+    /// Where to write the calibrated embeddings (float32 .npy, same row order; int8 or
+    /// uint8 codes when the calibrator ends in a quantizer).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
 }
@@ -36,9 +37,14 @@ pub fn run(a: TransformArgs) -> Result<()> {
             calibrator.meta.pooling
         ));
     }
-    let (rows, dim) = transform_file(&calibrator, &a.input, &a.output, &*progress::handle())?;
+    let (rows, dim, what) =
+        transform_file_output(&calibrator, &a.input, &a.output, &*progress::handle())?;
+    let what = match what {
+        "float32" => "calibrated embeddings".to_string(),
+        codes => format!("{codes} codes"),
+    };
     progress::note(format!(
-        "wrote {rows} x {dim} calibrated embeddings to {}",
+        "wrote {rows} x {dim} {what} to {}",
         a.output.display()
     ));
     Ok(())

@@ -188,6 +188,9 @@ impl LoadedCalibrator {
     }
 
     pub fn describe(&self) -> String {
-        self.fitted.describe()
+        match &self.meta.quantizer {
+            Some(q) => format!("{}, then {}", self.fitted.describe(), q.describe()),
+            None => self.fitted.describe(),
+        }
     }
 }

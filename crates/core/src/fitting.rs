@@ -15,6 +15,7 @@ use bertflow_calib::{
     fit_from_moments, CalibSpec, Calibrator, CalibratorMeta, Fitted, MomentStats,
 };
 use bertflow_encoder::Pooling;
+use ndarray::Array2;
 use std::path::{Path, PathBuf};
 
 /// Rows read at a time.
@@ -43,7 +44,18 @@ pub struct FitOutcome {
 
 /// Fits `cfg.spec` on the embedding file.
 pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitOutcome> {
+    Ok(fit_embeddings_keep(cfg, progress, false)?.0)
+}
+
+/// [`fit_embeddings`], also returning the rows fitted on when `keep` (the
+/// sample of a flow, else every row).
+pub(crate) fn fit_embeddings_keep(
+    cfg: &ExternalFit,
+    progress: &dyn Progress,
+    keep: bool,
+) -> Result<(FitOutcome, Option<Array2<f32>>)> {
     check_sample(cfg.sample)?;
+    let mut kept = None;
     let mut reader = MatrixReader::open(&cfg.input)?;
     let (rows, cols) = (reader.rows(), reader.cols());
     let label = cfg.spec.to_string();
@@ -68,10 +80,23 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
             let n = x.nrows();
             let (fitted, warned) = calibration::fit_checked(&cfg.spec, x.view(), &label, progress)?;
             warnings = warned;
+            kept = keep.then_some(x);
             (fitted, n)
         }
         spec => {
             let stats = stream_moments(&mut reader, progress)?;
+            if keep {
+                let mut again = MatrixReader::open(&cfg.input)?;
+                let mut parts = Vec::new();
+                while let Some(c) = again.next_chunk(CHUNK_ROWS)? {
+                    parts.push(c);
+                }
+                let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+                kept = Some(
+                    ndarray::concatenate(ndarray::Axis(0), &views)
+                        .map_err(|e| CoreError::Input(e.to_string()))?,
+                );
+            }
             let fitted = fit_from_moments(spec, &stats)
                 .with_context(|| format!("fitting {spec} on {}", cfg.input.display()))?;
             warnings = calibration::small_fit_warnings(spec, rows, cols);
@@ -93,7 +118,7 @@ pub fn fit_embeddings(cfg: &ExternalFit, progress: &dyn Progress) -> Result<FitO
         meta = meta.with_seed(seed);
     }
     meta.warnings = warnings;
-    Ok(FitOutcome { fitted, meta })
+    Ok((FitOutcome { fitted, meta }, kept))
 }
 
 /// Sentences encoded at a time when streaming statistics over a corpus.
@@ -113,7 +138,23 @@ pub fn fit_sentences(
     sample: Option<usize>,
     weighting: &Weighting,
 ) -> Result<FitOutcome> {
+    let keep = false;
+    Ok(fit_sentences_keep(embedder, sentences, pooling, spec, sample, weighting, keep)?.0)
+}
+
+/// [`fit_sentences`], also returning the embeddings fitted on when `keep`
+/// (the sample of a flow, else every sentence's).
+pub(crate) fn fit_sentences_keep(
+    embedder: &Embedder,
+    sentences: &[String],
+    pooling: &Pooling,
+    spec: &CalibSpec,
+    sample: Option<usize>,
+    weighting: &Weighting,
+    keep: bool,
+) -> Result<(FitOutcome, Option<Array2<f32>>)> {
     check_sample(sample)?;
+    let mut kept = None;
     if sentences.is_empty() {
         bail!("the fit corpus is empty");
     }
@@ -138,13 +179,26 @@ pub fn fit_sentences(
             let x = embedder.embed_weighted(&picked, pooling, w)?;
             let (fitted, warned) = calibration::fit_checked(spec, x.view(), &label, progress)?;
             warnings = warned;
-            (fitted, x.nrows())
+            let n = x.nrows();
+            kept = keep.then_some(x);
+            (fitted, n)
         }
         spec => {
             let mut stats = MomentStats::new(dim);
+            let mut parts = Vec::new();
             for chunk in sentences.chunks(SENTENCE_CHUNK) {
                 let x = embedder.embed_weighted(chunk, pooling, w)?;
                 stats.update(x.view())?;
+                if keep {
+                    parts.push(x);
+                }
+            }
+            if keep {
+                let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+                kept = Some(
+                    ndarray::concatenate(ndarray::Axis(0), &views)
+                        .map_err(|e| CoreError::Input(e.to_string()))?,
+                );
             }
             let fitted =
                 fit_from_moments(spec, &stats).with_context(|| format!("fitting {spec}"))?;
@@ -169,7 +223,7 @@ pub fn fit_sentences(
     }
     meta.weighting = weights.map(|w| weighting.record(&w));
     meta.warnings = warnings;
-    Ok(FitOutcome { fitted, meta })
+    Ok((FitOutcome { fitted, meta }, kept))
 }
 
 /// Kinds fitted on the rows themselves (kept in memory, or a `--sample` of

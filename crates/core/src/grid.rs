@@ -119,7 +119,10 @@ impl Calib {
     pub fn label(&self) -> String {
         match self {
             Calib::Spec(_, label) => label.clone(),
-            Calib::File(f) => format!("{} ({})", f.path.display(), f.fitted.kind()),
+            Calib::File(f) => match &f.meta.quantizer {
+                Some(q) => format!("{} ({} + {})", f.path.display(), f.fitted.kind(), q.spec),
+                None => format!("{} ({})", f.path.display(), f.fitted.kind()),
+            },
         }
     }
 
@@ -332,7 +335,7 @@ impl Grid<'_> {
                         f.meta.weighting.as_ref().map(|w| w.spec.as_str()).unwrap_or("mean")
                     );
                 }
-                Some(f.apply(x.view())?)
+                Some(crate::quantize::apply_for_scoring(f, x.view())?)
             }
         })
     }

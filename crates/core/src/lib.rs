@@ -40,6 +40,7 @@ pub mod matrix_file;
 pub mod parse;
 pub mod pipeline;
 pub mod progress;
+pub mod quantize;
 pub mod report;
 pub mod st_pipeline;
 pub mod weighting;

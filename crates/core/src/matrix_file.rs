@@ -380,8 +380,14 @@ pub struct NpyWriter {
 
 /// The `.npy` 1.0 header for a float32 C-order `rows x cols` matrix.
 pub fn npy_header_bytes(rows: usize, cols: usize) -> Vec<u8> {
+    npy_header_descr("<f4", rows, cols)
+}
+
+/// The `.npy` 1.0 header for a C-order `rows x cols` matrix of NumPy type
+/// `descr` (`<f4`, `|i1`, `|u1`).
+pub fn npy_header_descr(descr: &str, rows: usize, cols: usize) -> Vec<u8> {
     let mut header =
-        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
     // magic(6) + version(2) + len(2) + header + '\n' must be a multiple of 64.
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));

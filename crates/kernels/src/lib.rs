@@ -19,6 +19,7 @@
 //!   rows, and the gated activation (GeGLU) of gated feed-forward layers.
 pub mod act;
 pub mod attention;
+pub mod codes;
 pub mod fp32;
 pub mod int8;
 pub mod norm;

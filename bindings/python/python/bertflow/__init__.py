@@ -38,6 +38,7 @@ from ._calibrators import (  # noqa: E402
     Flow,
     Identity,
     Natsv,
+    Pca,
     SnNatsv,
     SoftWhitening,
     StandardNorm,
@@ -49,6 +50,7 @@ from ._calibrators import (  # noqa: E402
 )
 from ._encoder import POOLINGS, Encoder, defaults, poolings  # noqa: E402
 from ._moments import MomentStats  # noqa: E402
+from ._quantize import Quantizer, hamming_similarity, int8_dot  # noqa: E402
 from . import sts  # noqa: E402
 from . import st  # noqa: E402
 
@@ -67,12 +69,16 @@ __all__ = [
     "SnNatsv",
     "Identity",
     "SoftWhitening",
+    "Pca",
     "Auto",
     "advise",
     "calibrator",
     "kinds",
     "load",
     "MomentStats",
+    "Quantizer",
+    "hamming_similarity",
+    "int8_dot",
     "CalibratorFileError",
     "sts",
     "st",

@@ -227,8 +227,11 @@ class Calibrator(*_BASES):
         """The spec string of the hyper-parameters (``"whiten:k=256"``, ...)."""
         return _bertflow.spec_info(self._spec())[0]
 
-    def fit(self, X, y=None, *, source=None):
+    def fit(self, X, y=None, *, source=None, quantize=None):
         """Fits on the rows of ``X`` (one embedding each); returns ``self``.
+        With ``quantize`` (a spec such as ``"binary:itq=true"`` or an
+        unfitted :class:`bertflow.Quantizer`), a quantizer is then fitted on
+        the calibrated rows and the calibrator (and its file) ends in it.
 
         Args:
             X: array of shape (n_samples, n_features); float64 and
@@ -249,6 +252,10 @@ class Calibrator(*_BASES):
         _source_args(source)  # type check before the work
         X = as_matrix(X)
         fitted = _with_source(_bertflow.fit(self._spec(), X, None), source)
+        if quantize is not None:
+            spec = quantize if isinstance(quantize, str) else quantize.spec
+            stage = _bertflow.fit_quantizer(spec, fitted.transform(X))
+            fitted = fitted.with_quantizer(stage)
         self._set_fitted(fitted)
         # Too few rows, a flow whose NLL got worse: core's warnings, also
         # recorded in the file (meta_["warnings"]).
@@ -271,15 +278,46 @@ class Calibrator(*_BASES):
             )
         return f
 
-    def transform(self, X):
+    def transform(self, X, quantize=None):
         """Calibrated rows of ``X``: float32, shape (n_samples, n_features_out_).
+
+        ``quantize``: ``True`` gives the codes of the quantizer stage the
+        calibrator ends in; a fitted :class:`bertflow.Quantizer` its codes of
+        the calibrated rows; a quantizer spec (``"int8"``, ...) the codes of
+        one fitted on these calibrated rows themselves.
 
         Raises:
             ValueError: wrong number of columns, NaN or inf values, a 1-D or
-                3-D array. NotFittedError: before ``fit``.
+                3-D array, ``quantize=True`` without a stage. NotFittedError:
+                before ``fit``.
         """
         f = self._fitted()
-        return f.transform(as_matrix(X))
+        Y = f.transform(as_matrix(X))
+        if quantize is None or quantize is False:
+            return Y
+        if quantize is True:
+            stage = f.quantizer
+            if stage is None:
+                raise ValueError("quantize=True: this calibrator ends in no quantizer stage")
+            return stage.quantize(Y)
+        if isinstance(quantize, str):
+            return _bertflow.fit_quantizer(quantize, Y).quantize(Y)
+        return quantize.transform(Y)
+
+    @property
+    def quantizer_(self):
+        """The quantizer stage the calibrator ends in (a fitted
+        :class:`bertflow.Quantizer`), or None."""
+        stage = self._fitted().quantizer
+        if stage is None:
+            return None
+        from ._quantize import Quantizer
+
+        kind, _, opts = stage.spec.partition(":")
+        kw = dict(o.split("=") for o in opts.split(",") if o)
+        q = Quantizer(kind=kind, ranges=kw.get("ranges", "global"), itq=kw.get("itq") == "true",
+                      iters=int(kw.get("iters", 50)))
+        return q._set(stage)
 
     def fit_transform(self, X, y=None, **fit_params):
         """``fit(X, **fit_params).transform(X)``."""

@@ -65,6 +65,28 @@ pub static KINDS: &[Kind] = &[
         params: &[K_REMOVE],
     },
     Kind {
+        name: "pca",
+        doc: "rotation onto the principal axes in decreasing energy, optionally cut to k \
+              (uncentred: a pure rotation, cosines kept)",
+        moments: true,
+        params: &[
+            Param {
+                name: "k",
+                ty: int(1, u64::MAX),
+                default: Default::Absent("every axis"),
+                show: Show::UnlessDefault,
+                doc: "number of leading axes to keep",
+            },
+            Param {
+                name: "centre",
+                ty: ParamType::Choice(&["false", "true"]),
+                default: Default::Value(Value::Choice("false")),
+                show: Show::UnlessDefault,
+                doc: "subtract the mean (axes of the covariance) instead of rotating about 0",
+            },
+        ],
+    },
+    Kind {
         name: "softwhiten",
         doc: "soft whitening (x - mean) U diag(s'^(-alpha/2)) with eigenvalues s' shrunk towards their mean",
         moments: true,

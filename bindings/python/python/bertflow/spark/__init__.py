@@ -330,7 +330,10 @@ def transform(df, col="embedding", calibrator=None, output_col=None):
             mapped function (no broadcast) and each worker parses them once.
         output_col: The output column; default ``col`` (replaced in place).
 
-    Null vectors stay null; a vector of the wrong length fails the job.
+    Null vectors stay null; a vector of the wrong length fails the job. A
+    calibrator that ends in a quantizer stage (``bertflow fit --quantize``)
+    writes its codes: a ``binary`` column of each row's code bytes (int8
+    codes as their two's-complement bytes; ``numpy.frombuffer`` reads them).
     """
     import bertflow
 
@@ -345,15 +348,18 @@ def transform(df, col="embedding", calibrator=None, output_col=None):
         data = calibrator.to_bytes()
     else:
         data = bertflow.load(calibrator).to_bytes()
+    codes = bertflow.Calibrator.from_bytes(data).quantizer_ is not None
     cfg = {
         "col": col,
         "output_col": output_col or col,
         "calibrator": data,
+        "codes": codes,
         "fail_once": os.environ.get(FAIL_ONCE_ENV),
     }
     from ._worker import transform_batches
 
-    schema = _with_field(df.schema, cfg["output_col"], _vector_type())
+    dtype = _types().BinaryType() if codes else _vector_type()
+    schema = _with_field(df.schema, cfg["output_col"], dtype)
     return df.mapInArrow(lambda batches: transform_batches(batches, cfg), schema)
 
 

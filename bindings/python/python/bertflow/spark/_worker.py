@@ -120,6 +120,17 @@ def vectors_array(X, present, n):
                                     type=_vector_type(), mask=mask)
 
 
+def codes_array(C, present, n):
+    """An Arrow ``binary`` array of ``n`` rows: each row of the code matrix
+    ``C`` as its bytes (int8 codes as their two's-complement bytes) where
+    ``present`` is true, null elsewhere."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = iter(np.ascontiguousarray(C).view(np.uint8))
+    return pa.array([next(rows).tobytes() if p else None for p in present], type=pa.binary())
+
+
 def matrix(column, name):
     """The non-null rows of an Arrow list column as an ``(n, d)`` float32
     matrix, and the boolean mask of the non-null rows."""
@@ -265,7 +276,8 @@ def transform_batches(batches, cfg):
     import pyarrow as pa
 
     c = calibrator(cfg["calibrator"])
-    field = pa.field(cfg["output_col"], _vector_type())
+    codes = cfg.get("codes", False)
+    field = pa.field(cfg["output_col"], pa.binary() if codes else _vector_type())
     for k, batch in enumerate(batches):
         X, present = matrix(batch.column(cfg["col"]), cfg["col"])
         if X.shape[0]:
@@ -273,10 +285,13 @@ def transform_batches(batches, cfg):
                 raise ValueError(
                     f"bertflow.spark: column {cfg['col']!r} holds {X.shape[1]}-dimensional "
                     f"vectors, the calibrator ({c.describe()}) takes {c.n_features_in_}")
-            Y = c.transform(X)
+            Y = c.transform(X, quantize=True) if codes else c.transform(X)
         else:
-            Y = np.zeros((0, 0), dtype=np.float32)
-        out = vectors_array(Y, present, batch.num_rows)
+            Y = np.zeros((0, 0), dtype=np.uint8 if codes else np.float32)
+        if codes:
+            out = codes_array(Y, present, batch.num_rows)
+        else:
+            out = vectors_array(Y, present, batch.num_rows)
         names = batch.schema.names
         if cfg["output_col"] in names:
             i = names.index(cfg["output_col"])

@@ -1,0 +1,189 @@
+//! Quantizer specs: `int8[:ranges=global|dim]`, `uint8[:ranges=...]`,
+//! `binary[:itq=BOOL,iters=N]`, `ubinary[:...]`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CalibError, Result};
+
+/// The code a quantizer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantKind {
+    /// One signed byte per dimension.
+    Int8,
+    /// One unsigned byte per dimension (the int8 code plus 128).
+    Uint8,
+    /// Sign bits packed MSB-first (as `numpy.packbits`), each byte stored
+    /// as int8 `byte - 128` (sentence-transformers' `binary`).
+    Binary,
+    /// Sign bits packed MSB-first, as uint8 (sentence-transformers' `ubinary`).
+    Ubinary,
+}
+
+/// How int8/uint8 ranges are fitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ranges {
+    /// One symmetric scale for every dimension, `max |x| / 127` over the
+    /// fit set: codes compare directly as integers.
+    #[default]
+    Global,
+    /// Per-dimension `[min, max]` of the fit set cut into 256 steps (as
+    /// sentence-transformers' calibration embeddings); score with the
+    /// scales kept.
+    Dim,
+}
+
+/// Iterations of ITQ unless `iters` says otherwise (Gong & Lazebnik use 50).
+pub const ITQ_ITERS: usize = 50;
+
+/// What quantizer to fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuantSpec {
+    /// The code.
+    pub kind: QuantKind,
+    /// int8/uint8: how ranges are fitted.
+    #[serde(default)]
+    pub ranges: Ranges,
+    /// binary/ubinary: ITQ iterations (`None`: no ITQ rotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itq: Option<usize>,
+}
+
+impl QuantKind {
+    /// The name in specs (`int8`, `uint8`, `binary`, `ubinary`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantKind::Int8 => "int8",
+            QuantKind::Uint8 => "uint8",
+            QuantKind::Binary => "binary",
+            QuantKind::Ubinary => "ubinary",
+        }
+    }
+
+    /// Whether the codes are packed sign bits.
+    pub fn is_bits(self) -> bool {
+        matches!(self, QuantKind::Binary | QuantKind::Ubinary)
+    }
+
+    /// Bytes per row of codes of `dim` dimensions.
+    pub fn bytes_per_row(self, dim: usize) -> usize {
+        if self.is_bits() {
+            dim.div_ceil(8)
+        } else {
+            dim
+        }
+    }
+}
+
+impl QuantSpec {
+    /// A spec of this kind with the defaults (global ranges, no ITQ).
+    pub fn of(kind: QuantKind) -> Self {
+        QuantSpec {
+            kind,
+            ranges: Ranges::Global,
+            itq: None,
+        }
+    }
+}
+
+/// The grammar, for help texts.
+pub const QUANT_SYNOPSIS: &str =
+    "int8[:ranges=global|dim], uint8[:ranges=global|dim], binary[:itq=false|true,iters=N], \
+     ubinary[:itq=false|true,iters=N]";
+
+impl FromStr for QuantSpec {
+    type Err = CalibError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let err = |reason: String| CalibError::Spec {
+            spec: s.to_string(),
+            reason,
+        };
+        let (name, opts) = match s.trim().split_once(':') {
+            Some((k, o)) => (k.trim(), Some(o)),
+            None => (s.trim(), None),
+        };
+        let kind = match name {
+            "int8" => QuantKind::Int8,
+            "uint8" => QuantKind::Uint8,
+            "binary" => QuantKind::Binary,
+            "ubinary" => QuantKind::Ubinary,
+            _ => {
+                return Err(err(format!(
+                    "unknown quantizer {name:?}; valid: {QUANT_SYNOPSIS}"
+                )))
+            }
+        };
+        let mut spec = QuantSpec::of(kind);
+        let (mut itq, mut iters, mut seen) = (false, None, Vec::new());
+        for item in opts.into_iter().flat_map(|o| o.split(',')) {
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(err(format!("option {item:?} is not of the form key=value")));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if seen.contains(&key) {
+                return Err(err(format!("option {key:?} given twice")));
+            }
+            seen.push(key);
+            match (kind.is_bits(), key) {
+                (false, "ranges") => {
+                    spec.ranges = match value {
+                        "global" => Ranges::Global,
+                        "dim" => Ranges::Dim,
+                        _ => {
+                            return Err(err(format!("ranges={value:?}: valid values: global, dim")))
+                        }
+                    }
+                }
+                (true, "itq") => {
+                    itq = match value {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(err(format!("itq={value:?}: valid values: false, true"))),
+                    }
+                }
+                (true, "iters") => match value.parse::<usize>() {
+                    Ok(n) if (1..=10_000).contains(&n) => iters = Some(n),
+                    _ => {
+                        return Err(err(format!(
+                            "iters must be an integer in 1..=10000, got {value:?}"
+                        )))
+                    }
+                },
+                _ => {
+                    let valid = if kind.is_bits() {
+                        "itq, iters"
+                    } else {
+                        "ranges"
+                    };
+                    return Err(err(format!(
+                        "unknown option {key:?}; valid options for {name}: {valid}"
+                    )));
+                }
+            }
+        }
+        if iters.is_some() && !itq {
+            return Err(err("iters applies with itq=true".into()));
+        }
+        spec.itq = itq.then(|| iters.unwrap_or(ITQ_ITERS));
+        Ok(spec)
+    }
+}
+
+impl fmt::Display for QuantSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.name())?;
+        if !self.kind.is_bits() && self.ranges == Ranges::Dim {
+            f.write_str(":ranges=dim")?;
+        }
+        match self.itq {
+            Some(ITQ_ITERS) => f.write_str(":itq=true"),
+            Some(n) => write!(f, ":itq=true,iters={n}"),
+            None => Ok(()),
+        }
+    }
+}

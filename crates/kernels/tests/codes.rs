@@ -1,0 +1,62 @@
+//! Code scoring: every kernel this CPU runs against the scalar reference,
+//! bit for bit, at widths around the block sizes.
+
+use bertflow_kernels::codes::{
+    dot_i8, dot_i8_scalar, dot_i8_with, hamming, hamming_scalar, hamming_with, CodeIsa,
+};
+
+/// SplitMix64 bytes.
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn reference_values() {
+    assert_eq!(
+        hamming_scalar(&[0b1010_0000, 0xff], &[0b0010_0001, 0x0f]),
+        2 + 4
+    );
+    assert_eq!(
+        dot_i8_scalar(&[1, -2, 127, -128], &[3, 4, 127, -128]),
+        3 - 8 + 16129 + 16384
+    );
+    assert_eq!(hamming(&[], &[]), 0);
+    assert_eq!(dot_i8(&[], &[]), 0);
+}
+
+#[test]
+fn every_kernel_matches_the_scalar_reference() {
+    let isas = CodeIsa::all_available();
+    assert!(isas.contains(&CodeIsa::Portable));
+    for n in [
+        0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 128, 384, 1000, 4099,
+    ] {
+        let (a, b) = (bytes(n, 1 + n as u64), bytes(n, 1000 + n as u64));
+        let (sa, sb): (Vec<i8>, Vec<i8>) = (
+            a.iter().map(|&v| v as i8).collect(),
+            b.iter().map(|&v| v as i8).collect(),
+        );
+        let h = hamming_scalar(&a, &b);
+        let d = dot_i8_scalar(&sa, &sb);
+        for &isa in &isas {
+            assert_eq!(hamming_with(isa, &a, &b), h, "{} hamming n={n}", isa.name());
+            assert_eq!(dot_i8_with(isa, &sa, &sb), d, "{} dot n={n}", isa.name());
+        }
+        assert_eq!((hamming(&a, &b), dot_i8(&sa, &sb)), (h, d));
+    }
+    // Extremes: every product -128 * -128.
+    let m = vec![-128i8; 4096];
+    for &isa in &isas {
+        assert_eq!(dot_i8_with(isa, &m, &m), 16384 * 4096);
+        assert_eq!(hamming_with(isa, &[0xff; 100], &[0; 100]), 800);
+    }
+}
