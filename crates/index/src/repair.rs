@@ -122,6 +122,16 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
             if map.len() < MAGIC.len() || &map[..MAGIC.len()] != MAGIC {
                 return Err(corrupt(path, "not a bertflow index (bad magic)"));
             }
+            // Footers are only rebuilt for files of bertflow 0.1 (no codes
+            // before the vectors): a quantized index never loses every footer
+            // to an interrupted append, so its damage is not this.
+            const QUANTIZED: &[u8] = b"{\"format_version\":3";
+            if map.windows(QUANTIZED.len()).any(|w| w == QUANTIZED) {
+                return Err(corrupt(
+                    path,
+                    format!("{reason}; a quantized (format version 3) index has no complete footer left: it was damaged, not interrupted; restore it from a copy or rebuild it"),
+                ));
+            }
             let (segments, end) = find_segments(&map, identity.dimension);
             drop(map);
             let footer = Footer {
@@ -129,6 +139,7 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
                 identity: identity.clone(),
                 count: segments.iter().map(|s| s.count).sum(),
                 segments,
+                quantizer: None,
             };
             let json = serde_json::to_vec(&footer)
                 .map_err(|e| IndexError::Invalid(format!("cannot encode the footer: {e}")))?;
@@ -220,6 +231,7 @@ fn footer_before(
         };
         let n = base.segments.len();
         let extends = footer.identity == base.identity
+            && footer.quantizer == base.quantizer
             && footer.segments.len() > n
             && footer.segments[..n] == base.segments[..]
             && footer.count == footer.segments.iter().map(|s| s.count).sum::<u64>();
@@ -241,7 +253,7 @@ fn footer_before(
         let dimension = footer.identity.dimension;
         let checksums_match = footer.segments[n..].iter().all(|s| {
             let start = s.offset as usize;
-            let end = start + s.len(dimension).unwrap_or(0) as usize;
+            let end = start + s.len(dimension, footer.code_width()).unwrap_or(0) as usize;
             map.get(start..end)
                 .is_some_and(|bytes| crc32fast::hash(bytes) == s.crc32)
         });
@@ -320,7 +332,7 @@ fn find_segments(map: &[u8], dimension: usize) -> (Vec<SegmentMeta>, u64) {
             .rev()
             .find_map(|count| segment_at(map, at, count, dimension));
         let Some(segment) = found else { break };
-        end = (segment.offset + segment.len(dimension).unwrap_or(0)) as usize;
+        end = (segment.offset + segment.len(dimension, 0).unwrap_or(0)) as usize;
         segments.push(segment);
     }
     (segments, end as u64)
