@@ -27,9 +27,9 @@ mod writer;
 pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_EF_SEARCH};
 pub use format::Identity;
 pub use quant::{CodeKind, Quantization};
-pub use search::{SearchParams, DEFAULT_RESCORE};
 pub use reader::{dot, top_k, Index};
 pub use repair::{repair, Repaired};
+pub use search::{SearchParams, DEFAULT_RESCORE};
 pub use writer::IndexWriter;
 
 use sha2::{Digest, Sha256};

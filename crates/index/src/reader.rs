@@ -103,7 +103,10 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
         }
         (None, false) => {}
         (Some(_), false) => {
-            return Err(corrupt(path, "a quantizer in a footer of format version 1 or 2"))
+            return Err(corrupt(
+                path,
+                "a quantizer in a footer of format version 1 or 2",
+            ))
         }
         (None, true) => return Err(corrupt(path, "format version 3 without a quantizer")),
     }

@@ -177,7 +177,10 @@ pub(crate) enum Tail {
     Interrupted,
     /// A committed state whose trailer is damaged but whose footer and new
     /// segments check out: its trailer can be written again.
-    Committed { footer: LaterFooter, json_crc: u32 },
+    Committed {
+        footer: Box<LaterFooter>,
+        json_crc: u32,
+    },
 }
 
 /// Classify the bytes after `base_end` (the end of the last complete state,
@@ -194,7 +197,10 @@ pub(crate) fn tail(
     let map = unsafe { Mmap::map(file) }.map_err(io(path))?;
     let len = map.len() as u64;
     if let Some((footer, json_crc)) = footer_before(&map, base, base_end, path) {
-        return Ok(Tail::Committed { footer, json_crc });
+        return Ok(Tail::Committed {
+            footer: Box::new(footer),
+            json_crc,
+        });
     }
     if len >= base_end + TRAILER_LEN as u64 && map.ends_with(MAGIC) {
         return Err(corrupt(

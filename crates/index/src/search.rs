@@ -74,7 +74,8 @@ impl Index {
         }
         let mut q = Vec::with_capacity(d);
         normalise_into(query, &mut q);
-        let candidates = self.scan_codes(quantizer, &q, k.saturating_mul(params.rescore), params)?;
+        let candidates =
+            self.scan_codes(quantizer, &q, k.saturating_mul(params.rescore), params)?;
         let mut rescored = Vec::with_capacity(candidates.len());
         for (i, _) in candidates {
             let v = self.vector(i).ok_or_else(|| {

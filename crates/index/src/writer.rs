@@ -12,8 +12,8 @@ use bertflow_durable::{crash_armed, crash_point, AtomicFile};
 use crate::format::{
     align_up, codes_len, normalise_into, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC,
 };
-use crate::Quantization;
 use crate::IndexError;
+use crate::Quantization;
 
 /// Where the bytes go.
 enum Sink {
