@@ -240,14 +240,16 @@ impl<'a> QuantizeWith<'a> {
             .calibrator()
             .and_then(|c| crate::quantize::stage_of(c).map(|q| (c, q)));
         Ok(match (spec, stage) {
-            (Some(spec), Some((c, q))) => return Err(crate::CoreError::setting(
-                "quantize",
-                format!(
+            (Some(spec), Some((c, q))) => {
+                return Err(crate::CoreError::setting(
+                    "quantize",
+                    format!(
                     "the calibrator {} already ends in the quantizer {}: drop --quantize {spec}",
                     c.path.display(),
                     q.spec
                 ),
-            )),
+                ))
+            }
             (Some(spec), None) => QuantizeWith::Fit(spec),
             (None, Some((_, q))) => QuantizeWith::Stage(q),
             (None, None) => QuantizeWith::Nothing,
