@@ -266,6 +266,21 @@ impl<'a> QuantizeWith<'a> {
         let fitted_on = format!("{} vectors ({what})", sample.nrows());
         match self {
             QuantizeWith::Nothing => Ok(None),
+            QuantizeWith::Fit(spec) if spec.kind.is_bits() => {
+                // Sign bits of vectors centred on the corpus's mean: each bit
+                // splits the corpus about evenly (sentence embeddings share a
+                // large common direction, which raw signs waste bits on).
+                let centre = unit
+                    .mean_axis(ndarray::Axis(0))
+                    .ok_or_else(|| crate::CoreError::Input("no vector to fit on".into()))?;
+                let centred = &unit - &centre;
+                let q = Quantizer::fit(spec, centred.view())
+                    .with_context(|| format!("fitting the quantizer {spec}"))?;
+                let q = index_quantization(&q, unit.view(), format!("{fitted_on}, centred"))?;
+                Ok(Some(
+                    q.centred(centre.iter().map(|&c| f64::from(c)).collect())?,
+                ))
+            }
             QuantizeWith::Fit(spec) => {
                 let q = Quantizer::fit(spec, unit.view())
                     .with_context(|| format!("fitting the quantizer {spec}"))?;

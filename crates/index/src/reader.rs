@@ -219,6 +219,12 @@ impl Index {
             end: located.end,
             discarded: located.discarded,
         };
+        if index.footer.quantizer.is_some() {
+            // Search reads the codes and a few rows of vectors at random: no
+            // read-ahead of vectors it will not rescore.
+            #[cfg(unix)]
+            let _ = index.map.advise(memmap2::Advice::Random);
+        }
         if verify {
             index.verify()?;
         }

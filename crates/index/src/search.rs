@@ -13,6 +13,9 @@ use crate::{Index, IndexError, Quantization};
 /// reach 0.99 with far fewer).
 pub const DEFAULT_RESCORE: usize = 10;
 
+/// Bit codes scored per call of the block kernel.
+const BLOCK_ROWS: usize = 4096;
+
 /// Rows scanned per thread at least (fewer rows are not worth a thread).
 const MIN_ROWS_PER_THREAD: usize = 32_768;
 
@@ -107,20 +110,40 @@ impl Index {
         }
         .min(n.div_ceil(MIN_ROWS_PER_THREAD))
         .max(1);
-        // Rows [from, to) of the whole index, segment by segment.
+        let bits = quantizer.kind != crate::CodeKind::Int8;
+        // Rows [from, to) of the whole index, segment by segment; bit codes a
+        // block at a time.
         let scan = |from: usize, to: usize| {
-            let rows = self.segment_list().iter().flat_map(move |s| {
+            let mut best: Vec<(usize, f32)> = Vec::new();
+            let mut distances = Vec::new();
+            for s in self.segment_list() {
                 let lo = from.clamp(s.first, s.first + s.count);
                 let hi = to.clamp(s.first, s.first + s.count);
-                let codes = self.codes(s);
-                let codes = codes.get((lo - s.first) * width..(hi - s.first) * width);
-                codes
-                    .unwrap_or(&[])
-                    .chunks_exact(width)
-                    .enumerate()
-                    .map(move |(j, c)| (lo + j, score(isa, code, c) as f32))
-            });
-            top_k(rows, want)
+                let Some(codes) = self
+                    .codes(s)
+                    .get((lo - s.first) * width..(hi - s.first) * width)
+                else {
+                    continue;
+                };
+                if bits {
+                    for (b, block) in codes.chunks(BLOCK_ROWS * width).enumerate() {
+                        crate::quant::hamming_block(code, block, &mut distances);
+                        let first = lo + b * BLOCK_ROWS;
+                        let scored = distances
+                            .iter()
+                            .enumerate()
+                            .map(|(j, &h)| (first + j, -(h as f32)));
+                        best = top_k(best.drain(..).chain(scored), want);
+                    }
+                } else {
+                    let scored = codes
+                        .chunks_exact(width)
+                        .enumerate()
+                        .map(|(j, c)| (lo + j, score(isa, code, c) as f32));
+                    best = top_k(best.drain(..).chain(scored), want);
+                }
+            }
+            best
         };
         if threads == 1 {
             return Ok(scan(0, n));

@@ -261,15 +261,27 @@ impl IndexWriter {
             let width = q.width();
             let padded = codes_len(texts.len() as u64, width).unwrap_or(0) as usize;
             let mut codes = vec![0u8; padded];
-            let mut unit = Vec::with_capacity(dimension);
-            for (row, code) in vectors
-                .chunks_exact(dimension)
-                .zip(codes.chunks_exact_mut(width))
-            {
-                unit.clear();
-                normalise_into(row, &mut unit);
-                q.encode(&unit, code);
-            }
+            // Coding (a rotation is d x d multiply-adds per vector) on every core.
+            let rows = texts.len();
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            let per = rows.div_ceil(cores.min(rows.div_ceil(256)).max(1));
+            std::thread::scope(|scope| {
+                for (vs, cs) in vectors
+                    .chunks(per * dimension)
+                    .zip(codes[..rows * width].chunks_mut(per * width))
+                {
+                    scope.spawn(move || {
+                        let mut unit = Vec::with_capacity(dimension);
+                        for (row, code) in
+                            vs.chunks_exact(dimension).zip(cs.chunks_exact_mut(width))
+                        {
+                            unit.clear();
+                            normalise_into(row, &mut unit);
+                            q.encode(&unit, code);
+                        }
+                    });
+                }
+            });
             crc.update(&codes);
             self.write(&codes)?;
         }
