@@ -29,7 +29,8 @@ if (( free < need )); then
   echo "only ${free} GB free in $WORK, ${need} GB needed for N=$N: run a smaller N" >&2
   exit 1
 fi
-cargo build --release --offline -p bertflow -p bertflow-index --example index_bench >/dev/null
+cargo build --release --offline -p bertflow >/dev/null
+cargo build --release --offline -p bertflow-index --example index_bench >/dev/null
 lscpu | grep -E "Model name|^CPU\(s\)"
 echo "N=$N REAL=$REAL QN=$QN"
 
