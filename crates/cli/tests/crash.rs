@@ -264,6 +264,49 @@ fn a_full_disk_leaves_nothing_partial_and_the_old_files_intact() {
         );
         assert_eq!(std::fs::read(&idx).unwrap(), b"an old index");
         assert!(leftovers(fs.path(), &["c.idx"]).is_empty());
+
+        // A quantized index: the same for `index build`, and an `index add`
+        // that fills the disk leaves the sentences it started from.
+        let build = |corpus: &Path, out: &Path| {
+            bertflow(
+                &[
+                    "index",
+                    "build",
+                    "--corpus",
+                    s(corpus),
+                    "--output",
+                    s(out),
+                    "--no-cache",
+                    "--quantize",
+                    "int8",
+                ],
+                &cache,
+            )
+        };
+        let err = fails(&build(&input, &idx));
+        assert!(err.contains("the disk is full"), "{err}");
+        assert_eq!(std::fs::read(&idx).unwrap(), b"an old index");
+        assert!(leftovers(fs.path(), &["c.idx"]).is_empty());
+        let few = corpus(work.path(), "few.txt", 8, 500);
+        std::fs::remove_file(&idx).unwrap();
+        ok(&build(&few, &idx));
+        fails(&bertflow(
+            &[
+                "index",
+                "add",
+                "--corpus",
+                s(&input),
+                "--index",
+                s(&idx),
+                "--no-cache",
+            ],
+            &cache,
+        ));
+        ok(&bertflow(
+            &["index", "verify", "--repair", "--index", s(&idx)],
+            &cache,
+        ));
+        assert_eq!(verified_count(&idx, &cache), 8);
     }
 }
 
