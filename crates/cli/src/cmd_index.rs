@@ -7,9 +7,13 @@
 use crate::args::{open_pipeline, VectorArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_core::index::{AnnFiles, AnnParams, Index, IndexWriter};
-use bertflow_core::indexing::{build_ann, embed_into_index};
+use bertflow_core::index::{AnnFiles, AnnParams, Index, IndexWriter, SearchParams};
+use bertflow_core::indexing::{
+    build_ann, build_index, build_index_from_vectors, embed_into_index, QuantizeWith,
+    DEFAULT_RESCORE,
+};
 use bertflow_core::io::{read_sentences, EmptyLines};
+use bertflow_core::quantize::QuantSpec;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 
@@ -29,6 +33,9 @@ pub enum IndexCommand {
     Add(AddArgs),
     /// Build (or extend, after `index add`) the HNSW graph of an index for `serve --ann`.
     Ann(AnnArgs),
+    /// Embed queries and print the index's best matches (JSON lines), as `serve --index`
+    /// answers them.
+    Search(SearchArgs),
     /// Print an index's identity and size (checks the footer and layout, not every page).
     Info {
         /// The index file.
@@ -117,8 +124,23 @@ pub struct EmbedSettings {
     pub vectors: VectorArgs,
     /// Sentences: one per line, or JSONL with a "text" field (.jsonl/.ndjson or
     /// --corpus-jsonl). Empty lines are skipped.
-    #[arg(long, value_name = "FILE")]
-    pub corpus: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "vectors")]
+    pub corpus: Option<PathBuf>,
+    /// Vectors made elsewhere (`bertflow encode`, the Spark job), .npy or .safetensors,
+    /// one row per line of --texts, made with the model, pooling and calibrator given
+    /// here (a .safetensors file's declared settings are checked; a .npy declares none).
+    /// Stored as they are. `index build` only.
+    #[arg(
+        long = "vectors",
+        id = "vectors",
+        value_name = "FILE",
+        requires = "texts",
+        conflicts_with = "corpus"
+    )]
+    pub vector_file: Option<PathBuf>,
+    /// The sentences of --vectors, one per line (empty lines kept: line i is row i).
+    #[arg(long, value_name = "FILE", requires = "vectors")]
+    pub texts: Option<PathBuf>,
     /// Treat the corpus as JSONL whatever its extension.
     #[arg(long)]
     pub corpus_jsonl: bool,
@@ -154,6 +176,12 @@ pub struct BuildArgs {
     /// The index file to write (replaced once complete).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
+    /// Also store a compact code of every vector, scanned by search from memory (the
+    /// vectors stay on disk, read only to rescore the best candidates): int8, binary,
+    /// binary:itq=true (or ubinary), fitted on the corpus. A calibrator that ends in
+    /// a quantizer (`bertflow fit --quantize`) quantizes without this flag.
+    #[arg(long, value_name = "QUANTIZER")]
+    pub quantize: Option<QuantSpec>,
     /// Also build the HNSW graph for approximate search (`serve --ann`).
     #[arg(long)]
     pub ann: bool,
@@ -168,6 +196,36 @@ pub struct AddArgs {
     /// The index file to append to.
     #[arg(long, value_name = "FILE")]
     pub index: PathBuf,
+    /// The quantizer the index was built with, checked (a quantized index codes
+    /// the new sentences with its own quantizer whether or not this is given).
+    #[arg(long, value_name = "QUANTIZER")]
+    pub quantize: Option<QuantSpec>,
+}
+
+#[derive(Args, Debug)]
+pub struct SearchArgs {
+    /// The index file.
+    #[arg(long, value_name = "FILE")]
+    pub index: PathBuf,
+    /// A query (repeat for several).
+    #[arg(long, value_name = "TEXT", required = true)]
+    pub query: Vec<String>,
+    /// Matches per query.
+    #[arg(long, short = 'k', default_value_t = 10, value_name = "K")]
+    pub top_k: usize,
+    /// Quantized index: candidates rescored exactly per match asked (the best
+    /// rescore x k codes).
+    #[arg(long, default_value_t = DEFAULT_RESCORE, value_name = "N")]
+    pub rescore: usize,
+    /// Threads scanning the codes (0: one per core).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: usize,
+    /// Score every vector exactly (ignore the codes).
+    #[arg(long)]
+    pub exact: bool,
+    /// The settings the index was built with (its pooling and calibrator unless given).
+    #[command(flatten)]
+    pub vectors: VectorArgs,
 }
 
 #[derive(Args, Debug)]
@@ -182,21 +240,106 @@ pub struct AnnArgs {
     pub hnsw: HnswArgs,
 }
 
-/// Embed the corpus into `writer`, checking the settings first.
-fn embed(
-    s: &EmbedSettings,
-    writer: impl FnOnce(&bertflow_core::index::Identity) -> Result<IndexWriter>,
-) -> Result<(usize, u64)> {
-    let texts = read_sentences(&s.corpus, s.corpus_jsonl, EmptyLines::Skip)
+/// The sentences of `--corpus`.
+fn corpus(s: &EmbedSettings) -> Result<Vec<String>> {
+    let Some(corpus) = &s.corpus else {
+        anyhow::bail!("give the sentences with --corpus (or --vectors and --texts)");
+    };
+    let texts = read_sentences(corpus, s.corpus_jsonl, EmptyLines::Skip)
         .context("cannot read the corpus")?
         .texts;
     if texts.is_empty() {
-        anyhow::bail!("the corpus {} holds no sentence", s.corpus.display());
+        anyhow::bail!("the corpus {} holds no sentence", corpus.display());
     }
+    Ok(texts)
+}
+
+/// `index add`: embed the corpus into the index, checking the settings first.
+fn embed(s: &EmbedSettings, index: &Path, quantize: Option<&QuantSpec>) -> Result<(usize, u64)> {
+    if s.vector_file.is_some() {
+        anyhow::bail!("--vectors applies to `index build` only");
+    }
+    let texts = corpus(s)?;
     let pipeline = open_pipeline(&s.vectors)?;
-    let mut writer = writer(&pipeline.identity()?)?;
+    let mut writer = IndexWriter::append(index, &pipeline.identity()?)?;
+    let stored = writer.quantizer().map(|q| q.spec.clone());
+    match (quantize, stored) {
+        (Some(want), Some(have)) if want.to_string() != have => anyhow::bail!(
+            "{} stores {have} codes; --quantize {want} differs (the quantizer is fixed at `index build`)",
+            index.display()
+        ),
+        (Some(want), None) => anyhow::bail!(
+            "{} stores no codes: rebuild it with `index build --quantize {want}`",
+            index.display()
+        ),
+        _ => {}
+    }
     let added = embed_into_index(&pipeline, &texts, s.chunk, &mut writer)?;
     Ok((added, writer.finish()?))
+}
+
+/// `index build`: embed the corpus (or take --vectors) into a new index.
+fn build(b: &BuildArgs) -> Result<u64> {
+    let s = &b.settings;
+    let pipeline = open_pipeline(&s.vectors)?;
+    let quantize = QuantizeWith::of(&pipeline, b.quantize.as_ref())?;
+    match (&s.vector_file, &s.texts) {
+        (Some(vectors), Some(texts)) => {
+            if vectors.extension().is_none_or(|e| e != "safetensors") {
+                progress::note(format!(
+                    "{} declares no model: the index records the settings given, which must be those that made the vectors",
+                    vectors.display()
+                ));
+            }
+            let texts = read_sentences(texts, false, EmptyLines::Keep)
+                .context("cannot read --texts")?
+                .texts;
+            Ok(build_index_from_vectors(
+                &pipeline, vectors, &texts, s.chunk, &b.output, quantize,
+            )?)
+        }
+        _ => Ok(build_index(
+            &pipeline,
+            &corpus(s)?,
+            s.chunk,
+            &b.output,
+            quantize,
+        )?),
+    }
+}
+
+/// `index search`: embed the queries as the index's vectors were made and print
+/// the matches.
+fn search(mut a: SearchArgs) -> Result<()> {
+    bertflow_core::indexing::adopt_index_settings(&mut a.vectors, &a.index)?;
+    let index = Index::open(&a.index, false)?;
+    note_recovery(&index);
+    let pipeline = open_pipeline(&a.vectors)?;
+    index.identity().check_matches(&pipeline.identity()?)?;
+    let raw = pipeline
+        .embed_batch(&a.query, &pipeline.embedder().opts)?
+        .vectors;
+    let queries = pipeline.calibrate(raw)?;
+    let params = SearchParams {
+        rescore: a.rescore,
+        threads: a.threads,
+    };
+    for (text, q) in a.query.iter().zip(queries.rows()) {
+        let q: Vec<f32> = q.iter().copied().collect();
+        let hits = if a.exact {
+            index.search_exact(&q, a.top_k)?
+        } else {
+            index.search_with(&q, a.top_k, &params)?
+        };
+        let hits = hits
+            .into_iter()
+            .map(|(i, score)| {
+                Ok(serde_json::json!({"index": i, "score": score, "text": index.text(i)?}))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        println!("{}", serde_json::json!({"query": text, "hits": hits}));
+    }
+    Ok(())
 }
 
 fn ann(index: &Path, params: AnnParams, rebuild: bool) -> Result<()> {
@@ -216,9 +359,7 @@ fn ann(index: &Path, params: AnnParams, rebuild: bool) -> Result<()> {
 pub fn run(a: IndexArgs) -> Result<()> {
     match a.command {
         IndexCommand::Build(b) => {
-            let (_, total) = embed(&b.settings, |id| {
-                Ok(IndexWriter::create(&b.output, id.clone())?)
-            })?;
+            let total = build(&b)?;
             bertflow_core::indexing::keep_calibrator(
                 &b.output,
                 b.settings.vectors.calibrator.as_deref(),
@@ -234,8 +375,7 @@ pub fn run(a: IndexArgs) -> Result<()> {
         IndexCommand::Add(mut add) => {
             // The pooling and calibrator the index was built with, unless given.
             bertflow_core::indexing::adopt_index_settings(&mut add.settings.vectors, &add.index)?;
-            let (added, total) =
-                embed(&add.settings, |id| Ok(IndexWriter::append(&add.index, id)?))?;
+            let (added, total) = embed(&add.settings, &add.index, add.quantize.as_ref())?;
             println!(
                 "added {added} sentences to {} ({total} in all)",
                 add.index.display()
@@ -245,12 +385,13 @@ pub fn run(a: IndexArgs) -> Result<()> {
             }
         }
         IndexCommand::Ann(x) => ann(&x.index, x.hnsw.params(), x.rebuild)?,
+        IndexCommand::Search(x) => search(x)?,
         IndexCommand::Info { index } => {
             let opened = Index::open(&index, false)?;
             note_recovery(&opened);
             let id = opened.identity();
             println!(
-                "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}, precision {}, HNSW graph {}",
+                "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}, precision {}, codes {}, HNSW graph {}",
                 index.display(),
                 opened.len(),
                 opened.segments(),
@@ -259,6 +400,12 @@ pub fn run(a: IndexArgs) -> Result<()> {
                 id.pooling,
                 id.calibrator.as_deref().unwrap_or("none"),
                 id.precision,
+                opened.quantizer().map_or("none".to_owned(), |q| format!(
+                    "{} ({} bytes each, fitted on {})",
+                    q.spec,
+                    q.width(),
+                    q.fitted_on
+                )),
                 if AnnFiles::of(&index).exist() { "yes" } else { "no" }
             );
         }

@@ -67,23 +67,39 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
+    kill_loop(None, &[0.1, 0.3, 0.5, 0.7, 0.9]);
+}
+
+/// The same for a quantized index (format version 3: codes before each
+/// segment's vectors), with fewer kills.
+#[test]
+fn quantized_index_add_killed_or_crashed_keeps_old_or_new() {
+    kill_loop(Some("binary:itq=true"), &[0.2, 0.6]);
+}
+
+fn kill_loop(quantize: Option<&str>, fractions: &[f64]) {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let idx = dir.path().join("c.idx");
     let first = corpus(dir.path(), "first.txt", 200, 0);
     let more = corpus(dir.path(), "more.txt", 1200, 200);
-    ok(&bertflow(
-        &[
-            "index",
-            "build",
-            "--corpus",
-            s(&first),
-            "--output",
-            s(&idx),
-            "--no-cache",
-        ],
-        &cache,
-    ));
+    let mut build = vec![
+        "index",
+        "build",
+        "--corpus",
+        s(&first),
+        "--output",
+        s(&idx),
+        "--no-cache",
+    ];
+    if let Some(q) = quantize {
+        build.extend(["--quantize", q]);
+    }
+    ok(&bertflow(&build, &cache));
+    if let Some(q) = quantize {
+        let info = ok(&bertflow(&["index", "info", "--index", s(&idx)], &cache));
+        assert!(info.contains(&format!("codes {q}")), "{info}");
+    }
     assert_eq!(verified_count(&idx, &cache), 200);
     let add = [
         "index",
@@ -124,7 +140,7 @@ fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
     let run = started.elapsed();
     assert!(full.contains("1400 in all"), "{full}");
     std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
-    for fraction in [0.1, 0.3, 0.5, 0.7, 0.9] {
+    for &fraction in fractions {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bertflow"))
             .env("BERTFLOW_TUNE", "0")
             .args(add)
@@ -248,6 +264,49 @@ fn a_full_disk_leaves_nothing_partial_and_the_old_files_intact() {
         );
         assert_eq!(std::fs::read(&idx).unwrap(), b"an old index");
         assert!(leftovers(fs.path(), &["c.idx"]).is_empty());
+
+        // A quantized index: the same for `index build`, and an `index add`
+        // that fills the disk leaves the sentences it started from.
+        let build = |corpus: &Path, out: &Path| {
+            bertflow(
+                &[
+                    "index",
+                    "build",
+                    "--corpus",
+                    s(corpus),
+                    "--output",
+                    s(out),
+                    "--no-cache",
+                    "--quantize",
+                    "int8",
+                ],
+                &cache,
+            )
+        };
+        let err = fails(&build(&input, &idx));
+        assert!(err.contains("the disk is full"), "{err}");
+        assert_eq!(std::fs::read(&idx).unwrap(), b"an old index");
+        assert!(leftovers(fs.path(), &["c.idx"]).is_empty());
+        let few = corpus(work.path(), "few.txt", 8, 500);
+        std::fs::remove_file(&idx).unwrap();
+        ok(&build(&few, &idx));
+        fails(&bertflow(
+            &[
+                "index",
+                "add",
+                "--corpus",
+                s(&input),
+                "--index",
+                s(&idx),
+                "--no-cache",
+            ],
+            &cache,
+        ));
+        ok(&bertflow(
+            &["index", "verify", "--repair", "--index", s(&idx)],
+            &cache,
+        ));
+        assert_eq!(verified_count(&idx, &cache), 8);
     }
 }
 

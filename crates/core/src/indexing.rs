@@ -5,7 +5,9 @@
 use crate::error::{Context, Result};
 use crate::pipeline::Pipeline;
 use crate::progress::Progress;
-use bertflow_index::{Ann, AnnParams, Index, IndexWriter};
+use crate::quantize::{QuantKind, QuantSpec, Quantizer, Ranges};
+use bertflow_index::{Ann, AnnParams, CodeKind, Identity, Index, IndexWriter, Quantization};
+use ndarray::{Array2, ArrayView2};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -154,4 +156,335 @@ pub fn adopt_index_settings(config: &mut crate::PipelineConfig, index: &Path) ->
         config.calibrator = Some(side);
     }
     Ok(())
+}
+
+/// Vectors the quantizer of a quantized index is fitted on, at most: an
+/// evenly spaced sample of a vectors file, or the first chunk embedded.
+pub const QUANTIZER_FIT_ROWS: usize = 65_536;
+
+/// Candidates rescored exactly per result asked (`--rescore`), by default.
+pub use bertflow_index::DEFAULT_RESCORE;
+
+/// The quantizer a quantized index records, from calibrator's quantizer
+/// `q` (fitted elsewhere) or fitted now, and the unit-normalised `sample` of
+/// the build corpus: sign bits (`binary`, `ubinary`, with or without ITQ)
+/// keep `q`'s rotation; `int8` with global ranges gets its scale fitted on
+/// the unit-normalised sample (the index codes unit vectors). Per-dimension
+/// ranges and `uint8` are refused: their codes do not compare as integers.
+fn index_quantization(
+    q: &Quantizer,
+    unit_sample: ArrayView2<f32>,
+    fitted_on: String,
+) -> Result<Quantization> {
+    let spec = q.spec;
+    let kind = match (spec.kind, spec.ranges) {
+        (QuantKind::Binary, _) => CodeKind::Binary,
+        (QuantKind::Ubinary, _) => CodeKind::Ubinary,
+        (QuantKind::Int8, Ranges::Global) => CodeKind::Int8,
+        _ => {
+            return Err(crate::CoreError::setting(
+                "quantize",
+                format!(
+                    "an index stores int8 (global ranges), binary or ubinary codes, not {spec}: \
+                     their codes are scored as integers"
+                ),
+            ))
+        }
+    };
+    let scale = match kind {
+        CodeKind::Int8 => {
+            let refit = Quantizer::fit(&spec, unit_sample)
+                .with_context(|| format!("fitting the quantizer {spec}"))?;
+            refit.scales().first().copied()
+        }
+        _ => None,
+    };
+    let rotation = q.rotation().map(|r| r.iter().copied().collect());
+    Ok(Quantization::new(
+        spec.to_string(),
+        kind,
+        q.dim,
+        scale,
+        rotation,
+        fitted_on,
+    )?)
+}
+
+/// Rows of `x` scaled to unit length (as the index stores them).
+fn unit_rows(x: ArrayView2<f32>) -> Array2<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.rows() {
+        let row: Vec<f32> = row.iter().copied().collect();
+        bertflow_index::format::normalise_into(&row, &mut out);
+    }
+    Array2::from_shape_vec(x.raw_dim(), out).unwrap_or_else(|_| Array2::zeros(x.raw_dim()))
+}
+
+/// What quantizes a new index: the quantizer `spec` (`--quantize`, fitted on
+/// the build corpus), or the quantizer stage the calibrator file ends in;
+/// both is an error, neither is an index without codes.
+#[derive(Debug, Clone, Copy)]
+pub enum QuantizeWith<'a> {
+    /// No codes.
+    Nothing,
+    /// Fit this spec on the build corpus.
+    Fit(&'a QuantSpec),
+    /// A fitted quantizer (a calibrator file's last stage).
+    Stage(&'a Quantizer),
+}
+
+impl<'a> QuantizeWith<'a> {
+    /// From `--quantize` and the pipeline's calibrator.
+    pub fn of(pipeline: &'a Pipeline, spec: Option<&'a QuantSpec>) -> Result<Self> {
+        let stage = pipeline
+            .calibrator()
+            .and_then(|c| crate::quantize::stage_of(c).map(|q| (c, q)));
+        Ok(match (spec, stage) {
+            (Some(spec), Some((c, q))) => {
+                return Err(crate::CoreError::setting(
+                    "quantize",
+                    format!(
+                    "the calibrator {} already ends in the quantizer {}: drop --quantize {spec}",
+                    c.path.display(),
+                    q.spec
+                ),
+                ))
+            }
+            (Some(spec), None) => QuantizeWith::Fit(spec),
+            (None, Some((_, q))) => QuantizeWith::Stage(q),
+            (None, None) => QuantizeWith::Nothing,
+        })
+    }
+
+    /// The index's quantizer, fitted on (or checked against) `sample`.
+    pub fn quantization(
+        &self,
+        sample: ArrayView2<f32>,
+        what: &str,
+    ) -> Result<Option<Quantization>> {
+        let unit = unit_rows(sample);
+        let fitted_on = format!("{} vectors ({what})", sample.nrows());
+        match self {
+            QuantizeWith::Nothing => Ok(None),
+            QuantizeWith::Fit(spec) if spec.kind.is_bits() => {
+                // Sign bits of vectors centred on the corpus's mean: each bit
+                // splits the corpus about evenly (sentence embeddings share a
+                // large common direction, which raw signs waste bits on).
+                let centre = unit
+                    .mean_axis(ndarray::Axis(0))
+                    .ok_or_else(|| crate::CoreError::Input("no vector to fit on".into()))?;
+                let centred = &unit - &centre;
+                let q = Quantizer::fit(spec, centred.view())
+                    .with_context(|| format!("fitting the quantizer {spec}"))?;
+                let q = index_quantization(&q, unit.view(), format!("{fitted_on}, centred"))?;
+                Ok(Some(
+                    q.centred(centre.iter().map(|&c| f64::from(c)).collect())?,
+                ))
+            }
+            QuantizeWith::Fit(spec) => {
+                let q = Quantizer::fit(spec, unit.view())
+                    .with_context(|| format!("fitting the quantizer {spec}"))?;
+                index_quantization(&q, unit.view(), fitted_on).map(Some)
+            }
+            QuantizeWith::Stage(q) => index_quantization(
+                q,
+                unit.view(),
+                format!("the calibrator's stage; {fitted_on}"),
+            )
+            .map(Some),
+        }
+    }
+}
+
+/// Create the index file `path` for vectors of `identity`, quantized as
+/// `quantize` says (fitted on `sample`, the first vectors).
+fn create_writer(
+    path: &Path,
+    identity: &Identity,
+    quantize: QuantizeWith,
+    sample: ArrayView2<f32>,
+    what: &str,
+) -> Result<IndexWriter> {
+    Ok(match quantize.quantization(sample, what)? {
+        Some(q) => IndexWriter::create_quantized(path, identity.clone(), q)?,
+        None => IndexWriter::create(path, identity.clone())?,
+    })
+}
+
+/// `index build`: embed `texts` into a new index at `path`, `chunk`
+/// sentences per segment, quantized as `quantize` says (a fitted quantizer
+/// is fitted on the first chunk). Returns the sentences written.
+pub fn build_index(
+    pipeline: &Pipeline,
+    texts: &[String],
+    chunk: usize,
+    path: &Path,
+    quantize: QuantizeWith,
+) -> Result<u64> {
+    let identity = pipeline.identity()?;
+    let first = texts.len().min(chunk.max(1));
+    let head = pipeline
+        .calibrate(
+            pipeline
+                .embed_batch(&texts[..first], &pipeline.embedder().opts)
+                .context("encoding the corpus failed")?
+                .vectors,
+        )?
+        .as_standard_layout()
+        .to_owned();
+    let mut writer = create_writer(path, &identity, quantize, head.view(), "the first chunk")?;
+    let flat = head
+        .as_slice()
+        .ok_or_else(|| crate::CoreError::Input("the embeddings are not contiguous".into()))?;
+    writer.add(flat, &texts[..first])?;
+    embed_into_index(pipeline, &texts[first..], chunk, &mut writer)?;
+    Ok(writer.finish()?)
+}
+
+/// The settings a vectors file declares (the metadata `bertflow encode`
+/// writes into a `.safetensors` file: `model`, `pooling`, `calibrator`, ...);
+/// `None` for a `.npy` file, which has no place for them.
+pub fn declared_settings(
+    path: &Path,
+) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+    use std::io::Read;
+    if path.extension().is_none_or(|e| e != "safetensors") {
+        return Ok(None);
+    }
+    let bad = |why: String| crate::CoreError::Input(format!("{}: {why}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(crate::CoreError::io("open", path))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|_| bad("not a .safetensors file (too short)".into()))?;
+    let len = u64::from_le_bytes(len);
+    if len > 100 << 20 {
+        return Err(bad("implausible .safetensors header size".into()));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header)
+        .map_err(|_| bad("truncated .safetensors header".into()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("bad header: {e}")))?;
+    let Some(meta) = v.get("__metadata__").and_then(|m| m.as_object()) else {
+        return Ok(Some(Default::default()));
+    };
+    Ok(Some(
+        meta.iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+            .collect(),
+    ))
+}
+
+/// Error unless the settings `declared` by a vectors file are those of
+/// `pipeline`: the same model (as given, by identity, or the same directory
+/// name), pooling and calibrator.
+pub fn check_declared(
+    declared: &std::collections::BTreeMap<String, String>,
+    pipeline: &Pipeline,
+    vectors: &Path,
+) -> Result<()> {
+    let info = pipeline.info();
+    let base = |m: &str| {
+        Path::new(m.split('@').next().unwrap_or(m))
+            .file_name()
+            .map(|n| n.to_os_string())
+    };
+    let mut differences = Vec::new();
+    match declared.get("model") {
+        None => differences.push("the file declares no model".to_owned()),
+        Some(m) if *m == info.model_id || *m == info.model || base(m) == base(&info.model_id) => {}
+        Some(m) => differences.push(format!("model: the vectors {m}, now {}", info.model_id)),
+    }
+    if declared.get("pooling") != Some(&info.pooling) {
+        differences.push(format!(
+            "pooling: the vectors {}, now {}",
+            declared.get("pooling").map_or("none", |s| s.as_str()),
+            info.pooling
+        ));
+    }
+    if declared.get("calibrator") != info.calibrator.as_ref() {
+        let show = |c: Option<&String>| c.map_or("none".to_owned(), |c| c.clone());
+        differences.push(format!(
+            "calibrator: the vectors {}, now {}",
+            show(declared.get("calibrator")),
+            show(info.calibrator.as_ref())
+        ));
+    }
+    if differences.is_empty() {
+        return Ok(());
+    }
+    Err(crate::CoreError::Input(format!(
+        "{} was not made with the settings given ({}): give the model, pooling and calibrator \
+         that made it, or re-encode the corpus",
+        vectors.display(),
+        differences.join("; ")
+    )))
+}
+
+/// `index build --vectors`: write the vectors of `vectors` (`.npy` or
+/// `.safetensors` of float32/float64, one row per sentence of `texts`, made
+/// elsewhere with `pipeline`'s model, pooling and calibrator: they are stored
+/// as they are, not calibrated again) to a new index at `path`, `chunk` rows
+/// per segment, quantized as `quantize` says (a fitted quantizer is fitted on
+/// an evenly spaced sample of at most [`QUANTIZER_FIT_ROWS`] rows). A
+/// `.safetensors` file's declared settings must be the pipeline's; a `.npy`
+/// file declares none (the caller says so). Returns the sentences written.
+pub fn build_index_from_vectors(
+    pipeline: &Pipeline,
+    vectors: &Path,
+    texts: &[String],
+    chunk: usize,
+    path: &Path,
+    quantize: QuantizeWith,
+) -> Result<u64> {
+    use crate::matrix_file::MatrixReader;
+    if let Some(declared) = declared_settings(vectors)? {
+        check_declared(&declared, pipeline, vectors)?;
+    }
+    let identity = pipeline.identity()?;
+    let mut reader = MatrixReader::open(vectors)?;
+    if reader.rows() != texts.len() {
+        return Err(crate::CoreError::Input(format!(
+            "{} holds {} vectors for {} sentences: one row per sentence",
+            vectors.display(),
+            reader.rows(),
+            texts.len()
+        )));
+    }
+    if reader.cols() != identity.dimension {
+        return Err(crate::CoreError::Input(format!(
+            "{} holds vectors of dimension {}; the settings given make {}",
+            vectors.display(),
+            reader.cols(),
+            identity.dimension
+        )));
+    }
+    let n = reader.rows();
+    let sample = match quantize {
+        QuantizeWith::Nothing => Array2::zeros((0, reader.cols())),
+        _ => {
+            let m = n.min(QUANTIZER_FIT_ROWS);
+            let rows: Vec<usize> = (0..m).map(|i| i * n / m).collect();
+            reader.read_rows(&rows)?
+        }
+    };
+    let what = format!("an even sample of {}", vectors.display());
+    let mut writer = create_writer(path, &identity, quantize, sample.view(), &what)?;
+    drop(sample);
+    let bar = pipeline
+        .embedder()
+        .progress
+        .bar(n as u64, "writing the vectors", "vectors");
+    let mut done = 0;
+    while let Some(part) = reader.next_chunk(chunk.max(1))? {
+        let rows = part.nrows();
+        let flat = part
+            .as_slice()
+            .ok_or_else(|| crate::CoreError::Input("the vectors are not contiguous".into()))?;
+        writer.add(flat, &texts[done..done + rows])?;
+        done += rows;
+        bar.set_position(done as u64);
+    }
+    bar.finish();
+    Ok(writer.finish()?)
 }

@@ -7,6 +7,7 @@
 //! index_bench open   --index X.idx           (time to ready, as `serve --index` opens it)
 //! index_bench ann    --index X.idx [--m 24 --ef-construction 200 --limit N]
 //! index_bench query  --index X.idx [--queries 1000 --ef 16,32,64,128 --k 10 --exact-queries 200]
+//!                    [--rescore 1,2,5,10,20 --threads 1,2]   (a quantized index)
 //!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
 //! ```
 //!
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bertflow_index::{Ann, AnnParams, Identity, Index, IndexWriter};
+use bertflow_index::{Ann, AnnParams, Identity, Index, IndexWriter, SearchParams};
 
 struct Rng(u64);
 
@@ -123,6 +124,18 @@ fn read_npy(path: &Path) -> (Vec<f32>, usize, usize) {
         panic!("unsupported dtype in {header}")
     };
     (v, shape[0], shape[1])
+}
+
+/// VmRSS and its file-backed part (RssFile) of this process.
+fn rss() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .filter(|l| l.starts_with("VmRSS") || l.starts_with("RssFile") || l.starts_with("RssAnon"))
+        .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(" / ")
+        + " (VmRSS / RssAnon / RssFile)"
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -263,12 +276,44 @@ fn main() {
             };
             let exact_n: usize = arg(&args, "--exact-queries", Some(queries.len()));
             let exact_n = exact_n.min(queries.len());
+            // Quantized runs first, so that the resident memory they report is
+            // not that of the exact scans (which read every vector).
+            let mut quantized_runs = Vec::new();
+            if index.quantizer().is_some() {
+                let rescores: String = arg(&args, "--rescore", Some("1,2,5,10,20".to_string()));
+                let threads: String = arg(&args, "--threads", Some("1,2".to_string()));
+                for t in threads.split(',').map(|e| e.parse::<usize>().unwrap()) {
+                    for r in rescores.split(',').map(|e| e.parse::<usize>().unwrap()) {
+                        let params = SearchParams {
+                            rescore: r,
+                            threads: t,
+                        };
+                        let mut ms = Vec::new();
+                        let mut got = Vec::new();
+                        for q in &queries {
+                            let t0 = Instant::now();
+                            let hits = index.search_with(q, k, &params).unwrap();
+                            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                            got.push(hits.iter().map(|x| x.0).collect::<Vec<_>>());
+                        }
+                        ms.sort_by(f64::total_cmp);
+                        quantized_runs.push((
+                            t,
+                            r,
+                            percentile(&ms, 0.5),
+                            percentile(&ms, 0.99),
+                            got,
+                        ));
+                    }
+                }
+                println!("resident memory after the quantized searches: {}", rss());
+            }
             let mut exact_ms = Vec::new();
             let truth: Vec<Vec<usize>> = queries[..exact_n]
                 .iter()
                 .map(|q| {
                     let t = Instant::now();
-                    let r = index.search(q, k).unwrap();
+                    let r = index.search_exact(q, k).unwrap();
                     exact_ms.push(t.elapsed().as_secs_f64() * 1e3);
                     r.iter().map(|x| x.0).collect()
                 })
@@ -280,6 +325,22 @@ fn main() {
                 percentile(&exact_ms, 0.5),
                 percentile(&exact_ms, 0.99)
             );
+            for (t, r, p50, p99, got) in quantized_runs {
+                let found: usize = truth
+                    .iter()
+                    .zip(&got)
+                    .map(|(want, got)| got.iter().filter(|i| want.contains(i)).count())
+                    .sum();
+                println!(
+                    "codes {} threads={t} rescore={r}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
+                    index.quantizer().map_or("", |q| q.spec.as_str()),
+                    found as f64 / (exact_n * k) as f64,
+                    exact_n,
+                    p50,
+                    p99,
+                    queries.len()
+                );
+            }
             let started = Instant::now();
             let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
                 return;

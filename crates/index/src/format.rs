@@ -18,6 +18,17 @@
 //! and the footer records its offset, count, text-byte length and CRC-32 (over
 //! the whole segment).
 //!
+//! Format version 3 adds quantized segments: when the footer records a
+//! [`Quantization`](crate::Quantization), each segment starts with the codes
+//!
+//! ```text
+//! count x code width bytes     one code per vector (see `quant`), zero-padded to a multiple of 64
+//! ```
+//!
+//! before its vectors. Search scans the codes and reads the vectors only to
+//! rescore the best candidates. An index without a quantizer is still written
+//! as version 2 (readable by earlier builds).
+//!
 //! `index add` never changes a byte of the state it starts from: it writes the
 //! new segments after the old trailer, then a new footer listing every
 //! segment, fsyncs, and only then writes the new trailer (and fsyncs again).
@@ -33,10 +44,14 @@ use crate::IndexError;
 
 /// First and last 8 bytes of every index file.
 pub const MAGIC: &[u8; 8] = b"BFINDEX1";
-/// Version of the layout written: 2 (gaps between segments allowed).
+/// Version of the layout written for an index without a quantizer: 2 (gaps
+/// between segments allowed).
 pub const FORMAT_VERSION: u32 = 2;
+/// Version written for a quantized index: 3 (codes before each segment's
+/// vectors).
+pub const QUANTIZED_FORMAT_VERSION: u32 = 3;
 /// Versions read.
-pub const FORMAT_VERSIONS: [u32; 2] = [1, 2];
+pub const FORMAT_VERSIONS: [u32; 3] = [1, 2, 3];
 /// Bytes after the footer: length, CRC-32, magic.
 pub const TRAILER_LEN: usize = 8 + 4 + 8;
 /// Alignment of each segment (and so of its vectors).
@@ -139,16 +154,28 @@ pub struct SegmentMeta {
 }
 
 impl SegmentMeta {
-    /// Length of the segment in bytes, or `None` on overflow.
-    pub fn len(&self, dimension: usize) -> Option<u64> {
+    /// Length of the segment in bytes, or `None` on overflow; `code_width` is
+    /// the bytes per code (0 for an index without a quantizer).
+    pub fn len(&self, dimension: usize, code_width: usize) -> Option<u64> {
+        let codes = codes_len(self.count, code_width)?;
         let vectors = self.count.checked_mul(dimension as u64)?.checked_mul(4)?;
         let offsets = self.count.checked_add(1)?.checked_mul(8)?;
-        vectors.checked_add(offsets)?.checked_add(self.text_bytes)
+        codes
+            .checked_add(vectors)?
+            .checked_add(offsets)?
+            .checked_add(self.text_bytes)
     }
 }
 
+/// Bytes of the codes of `count` vectors at the start of a segment (padded to
+/// [`ALIGN`]), or `None` on overflow.
+pub fn codes_len(count: u64, code_width: usize) -> Option<u64> {
+    let raw = count.checked_mul(code_width as u64)?;
+    raw.checked_add(ALIGN - 1).map(|_| align_up(raw))
+}
+
 /// The footer, JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Footer {
     /// [`FORMAT_VERSION`].
@@ -159,6 +186,25 @@ pub struct Footer {
     pub count: u64,
     /// The segments, in order; sentence numbers run on from one to the next.
     pub segments: Vec<SegmentMeta>,
+    /// Format version 3: the quantizer that coded every segment's vectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantizer: Option<crate::Quantization>,
+}
+
+impl Footer {
+    /// Bytes per code (0 without a quantizer).
+    pub fn code_width(&self) -> usize {
+        self.quantizer.as_ref().map_or(0, |q| q.width())
+    }
+
+    /// The format version its layout needs.
+    pub fn version_needed(&self) -> u32 {
+        if self.quantizer.is_some() {
+            QUANTIZED_FORMAT_VERSION
+        } else {
+            FORMAT_VERSION
+        }
+    }
 }
 
 /// Round `offset` up to the next multiple of [`ALIGN`].

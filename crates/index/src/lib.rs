@@ -10,20 +10,26 @@
 //! checks its layout and (optionally) every checksum, and answers exact cosine
 //! top-k queries straight from the map. The layout is described in
 //! [`format`]. [`Ann`] adds approximate search: an HNSW graph stored next to
-//! the index (see [`ann`]).
+//! the index (see [`ann`]). A quantized index (format version 3, see
+//! [`Quantization`]) also stores a compact code of every vector: search scans
+//! the codes and rescores the best candidates exactly on the vectors.
 
 pub mod ann;
 mod ann_check;
 pub mod format;
 mod locate;
+mod quant;
 pub(crate) mod reader;
 mod repair;
+mod search;
 mod writer;
 
 pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_EF_SEARCH};
 pub use format::Identity;
+pub use quant::{CodeKind, Quantization};
 pub use reader::{dot, top_k, Index};
 pub use repair::{repair, Repaired};
+pub use search::{SearchParams, DEFAULT_RESCORE};
 pub use writer::IndexWriter;
 
 use sha2::{Digest, Sha256};

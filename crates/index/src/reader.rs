@@ -15,8 +15,11 @@ use crate::IndexError;
 #[derive(Debug, Clone)]
 pub(crate) struct Segment {
     /// Number of the segment's first sentence in the whole index.
-    first: usize,
-    count: usize,
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+    /// The codes (format version 3; empty without a quantizer), without
+    /// their padding.
+    pub(crate) codes: std::ops::Range<usize>,
     vectors: std::ops::Range<usize>,
     offsets: std::ops::Range<usize>,
     texts: std::ops::Range<usize>,
@@ -83,6 +86,31 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
     if dimension == 0 {
         return Err(corrupt(path, "dimension 0"));
     }
+    // Version 3 and only it has codes.
+    match (&footer.quantizer, footer.format_version >= 3) {
+        (Some(q), true) => {
+            q.check()
+                .map_err(|e| corrupt(path, format!("quantizer: {e}")))?;
+            if q.dimension != dimension {
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "the quantizer codes {} dimensions, the vectors have {dimension}",
+                        q.dimension
+                    ),
+                ));
+            }
+        }
+        (None, false) => {}
+        (Some(_), false) => {
+            return Err(corrupt(
+                path,
+                "a quantizer in a footer of format version 1 or 2",
+            ))
+        }
+        (None, true) => return Err(corrupt(path, "format version 3 without a quantizer")),
+    }
+    let width = footer.code_width();
     // Version 1 files are zero-padded between segments; version 2 may also
     // hold the footer and trailer of an earlier state there.
     let dead_footers = footer.format_version >= 2;
@@ -91,7 +119,9 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
     let mut first = 0usize;
     for (k, meta) in footer.segments.iter().enumerate() {
         let bad = |what: &str| corrupt(path, format!("segment {k}: {what}"));
-        let len = meta.len(dimension).ok_or_else(|| bad("size overflows"))?;
+        let len = meta
+            .len(dimension, width)
+            .ok_or_else(|| bad("size overflows"))?;
         if meta.offset % ALIGN != 0 || meta.offset < next_free || meta.offset > footer_at {
             return Err(bad("misplaced"));
         }
@@ -109,6 +139,8 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
         next_free = end;
         let count = usize::try_from(meta.count).map_err(|_| bad("too large"))?;
         let start = meta.offset as usize;
+        let codes = start..start + count * width;
+        let start = start + crate::format::codes_len(meta.count, width).unwrap_or(0) as usize;
         let vectors = start..start + count * dimension * 4;
         let offsets = vectors.end..vectors.end + (count + 1) * 8;
         let texts = offsets.end..end as usize;
@@ -125,6 +157,7 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
         segments.push(Segment {
             first,
             count,
+            codes,
             vectors,
             offsets,
             texts,
@@ -186,6 +219,12 @@ impl Index {
             end: located.end,
             discarded: located.discarded,
         };
+        if index.footer.quantizer.is_some() {
+            // Search reads the codes and a few rows of vectors at random: no
+            // read-ahead of vectors it will not rescore.
+            #[cfg(unix)]
+            let _ = index.map.advise(memmap2::Advice::Random);
+        }
         if verify {
             index.verify()?;
         }
@@ -238,7 +277,7 @@ impl Index {
     /// the file once).
     pub fn verify(&self) -> Result<(), IndexError> {
         for (k, (s, meta)) in self.segments.iter().zip(&self.footer.segments).enumerate() {
-            let bytes = &self.map[s.vectors.start..s.texts.end];
+            let bytes = &self.map[meta.offset as usize..s.texts.end];
             if crc32fast::hash(bytes) != meta.crc32 {
                 return Err(IndexError::Corrupt(format!(
                     "segment {k} (sentences {} to {}): checksum mismatch (the file is corrupt)",
@@ -316,6 +355,16 @@ impl Index {
             .map_err(|_| IndexError::Corrupt(format!("sentence {i} is not valid UTF-8")))
     }
 
+    /// The segments, checked.
+    pub(crate) fn segment_list(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The codes of one segment, row-major (empty without a quantizer).
+    pub(crate) fn codes(&self, s: &Segment) -> &[u8] {
+        &self.map[s.codes.clone()]
+    }
+
     /// The unit-normalised vectors of one segment, row-major.
     fn vectors(&self, s: &Segment) -> &[f32] {
         // Segments are 64-byte aligned in the file and the map is page aligned.
@@ -342,9 +391,22 @@ impl Index {
     }
 
     /// The `top_k` sentences most similar to `query` by cosine, best first
-    /// (ties: lower index first), as `(index, score)`. Exact: every vector is
-    /// scored. A query of the wrong dimension is an error.
+    /// (ties: lower index first), as `(index, score)`. Without a quantizer,
+    /// exact: every vector is scored; with one, the codes are scanned and the
+    /// best [`DEFAULT_RESCORE`](crate::DEFAULT_RESCORE)` x top_k` rescored
+    /// exactly (see [`Index::search_with`]). A query of the wrong dimension is
+    /// an error.
     pub fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<(usize, f32)>, IndexError> {
+        self.search_with(query, top_k, &crate::SearchParams::default())
+    }
+
+    /// Exact search: every vector is scored (the quantizer, if any, is not
+    /// used).
+    pub fn search_exact(
+        &self,
+        query: &[f32],
+        top_k: usize,
+    ) -> Result<Vec<(usize, f32)>, IndexError> {
         let d = self.footer.identity.dimension;
         if query.len() != d {
             return Err(IndexError::Invalid(format!(

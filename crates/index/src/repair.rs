@@ -122,6 +122,16 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
             if map.len() < MAGIC.len() || &map[..MAGIC.len()] != MAGIC {
                 return Err(corrupt(path, "not a bertflow index (bad magic)"));
             }
+            // Footers are only rebuilt for files of bertflow 0.1 (no codes
+            // before the vectors): a quantized index never loses every footer
+            // to an interrupted append, so its damage is not this.
+            const QUANTIZED: &[u8] = b"{\"format_version\":3";
+            if map.windows(QUANTIZED.len()).any(|w| w == QUANTIZED) {
+                return Err(corrupt(
+                    path,
+                    format!("{reason}; a quantized (format version 3) index has no complete footer left: it was damaged, not interrupted; restore it from a copy or rebuild it"),
+                ));
+            }
             let (segments, end) = find_segments(&map, identity.dimension);
             drop(map);
             let footer = Footer {
@@ -129,6 +139,7 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
                 identity: identity.clone(),
                 count: segments.iter().map(|s| s.count).sum(),
                 segments,
+                quantizer: None,
             };
             let json = serde_json::to_vec(&footer)
                 .map_err(|e| IndexError::Invalid(format!("cannot encode the footer: {e}")))?;
@@ -166,7 +177,10 @@ pub(crate) enum Tail {
     Interrupted,
     /// A committed state whose trailer is damaged but whose footer and new
     /// segments check out: its trailer can be written again.
-    Committed { footer: LaterFooter, json_crc: u32 },
+    Committed {
+        footer: Box<LaterFooter>,
+        json_crc: u32,
+    },
 }
 
 /// Classify the bytes after `base_end` (the end of the last complete state,
@@ -183,7 +197,10 @@ pub(crate) fn tail(
     let map = unsafe { Mmap::map(file) }.map_err(io(path))?;
     let len = map.len() as u64;
     if let Some((footer, json_crc)) = footer_before(&map, base, base_end, path) {
-        return Ok(Tail::Committed { footer, json_crc });
+        return Ok(Tail::Committed {
+            footer: Box::new(footer),
+            json_crc,
+        });
     }
     if len >= base_end + TRAILER_LEN as u64 && map.ends_with(MAGIC) {
         return Err(corrupt(
@@ -220,6 +237,7 @@ fn footer_before(
         };
         let n = base.segments.len();
         let extends = footer.identity == base.identity
+            && footer.quantizer == base.quantizer
             && footer.segments.len() > n
             && footer.segments[..n] == base.segments[..]
             && footer.count == footer.segments.iter().map(|s| s.count).sum::<u64>();
@@ -241,7 +259,7 @@ fn footer_before(
         let dimension = footer.identity.dimension;
         let checksums_match = footer.segments[n..].iter().all(|s| {
             let start = s.offset as usize;
-            let end = start + s.len(dimension).unwrap_or(0) as usize;
+            let end = start + s.len(dimension, footer.code_width()).unwrap_or(0) as usize;
             map.get(start..end)
                 .is_some_and(|bytes| crc32fast::hash(bytes) == s.crc32)
         });
@@ -320,7 +338,7 @@ fn find_segments(map: &[u8], dimension: usize) -> (Vec<SegmentMeta>, u64) {
             .rev()
             .find_map(|count| segment_at(map, at, count, dimension));
         let Some(segment) = found else { break };
-        end = (segment.offset + segment.len(dimension).unwrap_or(0)) as usize;
+        end = (segment.offset + segment.len(dimension, 0).unwrap_or(0)) as usize;
         segments.push(segment);
     }
     (segments, end as u64)

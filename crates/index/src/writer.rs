@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use bertflow_durable::{crash_armed, crash_point, AtomicFile};
 
 use crate::format::{
-    align_up, normalise_into, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC,
+    align_up, codes_len, normalise_into, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC,
 };
 use crate::IndexError;
+use crate::Quantization;
 
 /// Where the bytes go.
 enum Sink {
@@ -103,6 +104,33 @@ impl IndexWriter {
     /// Start a new index at `path` (replaced by `finish`, not before; an
     /// error or a drop before then leaves what was at `path`).
     pub fn create(path: &Path, identity: Identity) -> Result<Self, IndexError> {
+        Self::create_with(path, identity, None)
+    }
+
+    /// [`IndexWriter::create`] for a quantized index (format version 3):
+    /// every segment also stores the codes of its vectors under `quantizer`.
+    pub fn create_quantized(
+        path: &Path,
+        identity: Identity,
+        quantizer: Quantization,
+    ) -> Result<Self, IndexError> {
+        Self::create_with(path, identity, Some(quantizer))
+    }
+
+    fn create_with(
+        path: &Path,
+        identity: Identity,
+        quantizer: Option<Quantization>,
+    ) -> Result<Self, IndexError> {
+        if let Some(q) = &quantizer {
+            q.check().map_err(IndexError::Invalid)?;
+            if q.dimension != identity.dimension {
+                return Err(IndexError::Invalid(format!(
+                    "a quantizer of {} dimensions for vectors of {}",
+                    q.dimension, identity.dimension
+                )));
+            }
+        }
         if identity.dimension == 0 {
             return Err(IndexError::Invalid(
                 "the dimension must be at least 1".into(),
@@ -128,10 +156,15 @@ impl IndexWriter {
             sink: Sink::New(file),
             position: MAGIC.len() as u64,
             footer: Footer {
-                format_version: FORMAT_VERSION,
+                format_version: if quantizer.is_some() {
+                    crate::format::QUANTIZED_FORMAT_VERSION
+                } else {
+                    FORMAT_VERSION
+                },
                 identity,
                 count: 0,
                 segments: Vec::new(),
+                quantizer,
             },
             path: path.to_path_buf(),
             added: 0,
@@ -179,7 +212,7 @@ impl IndexWriter {
             file.set_len(end).map_err(io(path))?;
             file.sync_all().map_err(io(path))?;
         }
-        footer.format_version = FORMAT_VERSION;
+        footer.format_version = footer.version_needed();
         let mut file = BufWriter::with_capacity(1 << 20, file);
         file.seek(SeekFrom::Start(end)).map_err(io(path))?;
         Ok(Self {
@@ -190,6 +223,11 @@ impl IndexWriter {
             added: 0,
             _tmp_lock: None,
         })
+    }
+
+    /// The quantizer of the index written (`None`: no codes).
+    pub fn quantizer(&self) -> Option<&Quantization> {
+        self.footer.quantizer.as_ref()
     }
 
     /// Sentences written so far (including those of an appended-to index).
@@ -219,6 +257,34 @@ impl IndexWriter {
         let start = align_up(self.position);
         self.write(&vec![0u8; (start - self.position) as usize])?;
         let mut crc = crc32fast::Hasher::new();
+        if let Some(q) = &self.footer.quantizer {
+            let width = q.width();
+            let padded = codes_len(texts.len() as u64, width).unwrap_or(0) as usize;
+            let mut codes = vec![0u8; padded];
+            // Coding (a rotation is d x d multiply-adds per vector) on every core.
+            let rows = texts.len();
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            let per = rows.div_ceil(cores.min(rows.div_ceil(256)).max(1));
+            std::thread::scope(|scope| {
+                for (vs, cs) in vectors
+                    .chunks(per * dimension)
+                    .zip(codes[..rows * width].chunks_mut(per * width))
+                {
+                    scope.spawn(move || {
+                        let mut unit = Vec::with_capacity(dimension);
+                        for (row, code) in
+                            vs.chunks_exact(dimension).zip(cs.chunks_exact_mut(width))
+                        {
+                            unit.clear();
+                            normalise_into(row, &mut unit);
+                            q.encode(&unit, code);
+                        }
+                    });
+                }
+            });
+            crc.update(&codes);
+            self.write(&codes)?;
+        }
         let mut unit = Vec::with_capacity(dimension);
         let mut bytes = Vec::with_capacity(dimension * 4);
         for row in vectors.chunks_exact(dimension) {

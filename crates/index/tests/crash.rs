@@ -3,7 +3,8 @@
 //! open with the old or the new content, checksums verified, and the next
 //! append must work. Also: the bytes of a torn append, the repair of a file
 //! damaged the way bertflow 0.1's `index add` damaged them, readers that keep
-//! their state while an append runs, and one writer at a time.
+//! their state while an append runs, and one writer at a time. Plain and
+//! quantized (format version 3) indexes alike.
 
 mod common;
 
@@ -55,10 +56,14 @@ fn a_crash_during_append_leaves_the_old_or_the_new_index() {
         ("index:trailer-written", 200),
         ("atomic:none", 200),
     ];
-    for (point, want) in points {
+    for ((point, want), quantized) in points.into_iter().flat_map(|p| [(p, false), (p, true)]) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.idx");
-        let (_, old_texts) = build(&path, D, &[(70, 1), (30, 2)]);
+        let old_texts = if quantized {
+            build_quantized(&path, &[(70, 1), (30, 2)])
+        } else {
+            build(&path, D, &[(70, 1), (30, 2)]).1
+        };
         let out = child("child_append", point, &path);
         assert_eq!(
             out.status.success(),
@@ -67,6 +72,7 @@ fn a_crash_during_append_leaves_the_old_or_the_new_index() {
         );
         let index = Index::open(&path, true).unwrap_or_else(|e| panic!("{point}: {e}"));
         assert_eq!(index.len(), want, "{point}");
+        assert_eq!(index.quantizer().is_some(), quantized, "{point}");
         let got = all_texts(&index);
         assert_eq!(got[..100], old_texts[..], "{point}");
         if want == 200 {
@@ -84,7 +90,36 @@ fn a_crash_during_append_leaves_the_old_or_the_new_index() {
         assert_eq!(index.len(), want + 5);
         assert!(index.recovered().is_none());
         assert_eq!(index.text(want).unwrap(), texts(5, 900)[0]);
+        // Every sentence is found by its own vector through the codes.
+        let v = vectors(5, D, 9);
+        assert_eq!(index.search(&v[D..2 * D], 1).unwrap()[0].0, want + 1);
     }
+}
+
+/// A quantized (binary) index of `chunks`, the later ones appended; its texts.
+fn build_quantized(path: &Path, chunks: &[(usize, u64)]) -> Vec<String> {
+    let q = bertflow_index::Quantization::new(
+        "binary",
+        bertflow_index::CodeKind::Binary,
+        D,
+        None,
+        None,
+        "test",
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    for (k, &(n, seed)) in chunks.iter().enumerate() {
+        let mut w = if k == 0 {
+            IndexWriter::create_quantized(path, identity(D), q.clone()).unwrap()
+        } else {
+            IndexWriter::append(path, &identity(D)).unwrap()
+        };
+        let t = texts(n, all.len());
+        w.add(&vectors(n, D, seed), &t).unwrap();
+        w.finish().unwrap();
+        all.extend(t);
+    }
+    all
 }
 
 #[test]

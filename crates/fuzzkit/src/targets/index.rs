@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use bertflow_index::{repair, Identity, Index, IndexWriter};
+use bertflow_index::{repair, CodeKind, Identity, Index, IndexWriter, Quantization, SearchParams};
 
 /// Largest dimension searched with a query (a query is built per input).
 const MAX_QUERY_DIM: usize = 4096;
@@ -28,12 +28,44 @@ fn identity(dimension: usize) -> Identity {
     }
 }
 
+/// A quantizer of each kind for seeds (format version 3).
+fn quantizer(kind: CodeKind, dimension: usize) -> Quantization {
+    let (scale, rotation) = match kind {
+        CodeKind::Int8 => (Some(0.01), None),
+        CodeKind::Binary => (None, None),
+        CodeKind::Ubinary => {
+            let mut r = vec![0.0; dimension * dimension];
+            (0..dimension).for_each(|i| r[i * dimension + dimension - 1 - i] = 1.0);
+            (None, Some(r))
+        }
+    };
+    Quantization::new(kind.name(), kind, dimension, scale, rotation, "fuzz seed")
+        .expect("a seed quantizer")
+}
+
 fn build(path: &Path, dimension: usize, batches: &[usize]) -> Vec<u8> {
+    build_with(path, dimension, batches, None)
+}
+
+fn build_with(
+    path: &Path,
+    dimension: usize,
+    batches: &[usize],
+    codes: Option<CodeKind>,
+) -> Vec<u8> {
     let _ = std::fs::remove_file(path);
     let mut first = 0;
     for (k, &n) in batches.iter().enumerate() {
         let mut w = if k == 0 {
-            IndexWriter::create(path, identity(dimension)).expect("creating a seed index")
+            match codes {
+                Some(kind) => IndexWriter::create_quantized(
+                    path,
+                    identity(dimension),
+                    quantizer(kind, dimension),
+                ),
+                None => IndexWriter::create(path, identity(dimension)),
+            }
+            .expect("creating a seed index")
         } else {
             IndexWriter::append(path, &identity(dimension)).expect("appending to a seed index")
         };
@@ -54,13 +86,17 @@ fn build(path: &Path, dimension: usize, batches: &[usize]) -> Vec<u8> {
     std::fs::read(path).expect("reading a seed index")
 }
 
-/// Small indexes: one segment, two segments (an `index add`), an empty one.
+/// Small indexes: one segment, two segments (an `index add`), an empty one,
+/// and quantized ones (int8, binary, ubinary with a rotation; format version 3).
 pub fn seeds() -> Vec<Vec<u8>> {
     let path = super::scratch("seed.idx");
     let files = [
         build(&path, 4, &[5]),
         build(&path, 3, &[3, 2]),
         build(&path, 2, &[0]),
+        build_with(&path, 4, &[5, 2], Some(CodeKind::Int8)),
+        build_with(&path, 9, &[3], Some(CodeKind::Binary)),
+        build_with(&path, 3, &[2, 2], Some(CodeKind::Ubinary)),
     ];
     let mut out = Vec::new();
     for (k, f) in files.iter().enumerate() {
@@ -99,7 +135,11 @@ fn exercise(index: &Index) {
         index.end(),
         index.recovered(),
     );
-    let _ = (index.content_id(), index.identity().clone());
+    let _ = (
+        index.content_id(),
+        index.identity().clone(),
+        index.quantizer().cloned(),
+    );
     for s in 0..=index.segments() + 1 {
         let _ = index.prefix_id(s);
     }
@@ -119,6 +159,16 @@ fn exercise(index: &Index) {
             if let Ok(hits) = index.search(q, k) {
                 assert!(hits.len() <= k.min(n));
                 assert!(hits.iter().all(|&(i, _)| i < n));
+            }
+            for rescore in [0, 1, 3] {
+                let params = SearchParams {
+                    rescore,
+                    threads: 2,
+                };
+                if let Ok(hits) = index.search_with(q, k, &params) {
+                    assert!(hits.len() <= k.min(n));
+                    assert!(hits.iter().all(|&(i, _)| i < n));
+                }
             }
         }
     }
