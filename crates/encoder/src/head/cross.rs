@@ -44,7 +44,18 @@ impl CrossEncoder {
     /// `max_len` as [`Encoder::load`]; the kernels as [`TuneOptions::from_env`].
     pub fn load(spec: &str, max_len: Option<usize>, precision: Precision) -> Result<Self> {
         let tune = TuneOptions::from_env(Some(EmbeddingCache::default_dir()))?;
-        let (encoder, weights) = Encoder::load_with_weights(spec, max_len, precision, &tune)?;
+        Self::load_with_kernels(spec, max_len, precision, &tune)
+    }
+
+    /// [`CrossEncoder::load`] with the kernels chosen by `tune` (as
+    /// [`Encoder::load_with_kernels`]).
+    pub fn load_with_kernels(
+        spec: &str,
+        max_len: Option<usize>,
+        precision: Precision,
+        tune: &TuneOptions,
+    ) -> Result<Self> {
+        let (encoder, weights) = Encoder::load_with_weights(spec, max_len, precision, tune)?;
         let head = Head::load(&weights, encoder.config())?;
         if head.needs_pooler() && !encoder.model().has_pooler() {
             return Err(EncoderError::Weights(format!(
