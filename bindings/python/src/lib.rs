@@ -14,6 +14,7 @@ mod errors;
 mod export;
 mod fitted;
 mod moments;
+mod rerank;
 mod sts;
 
 /// The compiled core of bertflow; use the `bertflow` package instead.
@@ -26,5 +27,6 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     moments::register(m)?;
     sts::register(m)?;
     export::register(m)?;
+    rerank::register(m)?;
     Ok(())
 }

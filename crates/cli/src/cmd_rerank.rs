@@ -38,6 +38,14 @@ pub struct RerankArgs {
     pub json: bool,
 }
 
+/// One line of `--json`: TEI's `/rerank` object (the score as f32 prints).
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    index: usize,
+    score: f32,
+    text: &'a str,
+}
+
 pub fn run(a: RerankArgs) -> Result<()> {
     let texts = match &a.texts {
         Some(path) => read_sentences(path, false, EmptyLines::Error)?.texts,
@@ -58,8 +66,12 @@ pub fn run(a: RerankArgs) -> Result<()> {
     for (i, r) in shown.iter().enumerate() {
         let text = &texts[r.index];
         if a.json {
-            let line = serde_json::json!({"index": r.index, "score": r.score, "text": text});
-            writeln!(out, "{line}")?;
+            let line = Line {
+                index: r.index,
+                score: r.score,
+                text,
+            };
+            writeln!(out, "{}", serde_json::to_string(&line)?)?;
         } else {
             writeln!(
                 out,
