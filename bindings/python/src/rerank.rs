@@ -63,8 +63,9 @@ fn extract_pairs(items: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Option<Strin
             continue;
         }
         let pair = (item.is_instance_of::<PyTuple>() || item.is_instance_of::<PyList>())
-            .then(|| item.extract::<(String, String)>().ok())
+            .then(|| item.extract::<Vec<String>>().ok())
             .flatten()
+            .and_then(|v| <[String; 2]>::try_from(v).ok())
             .ok_or_else(|| {
                 PyTypeError::new_err(format!(
                     "pairs[{i}] is {}, not a str or a (str, str) pair",
@@ -74,7 +75,8 @@ fn extract_pairs(items: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Option<Strin
                         .unwrap_or_default()
                 ))
             })?;
-        out.push((pair.0, Some(pair.1)));
+        let [a, b] = pair;
+        out.push((a, Some(b)));
     }
     if out.is_empty() {
         return Err(PyValueError::new_err("pairs is empty: give at least one"));
@@ -213,8 +215,8 @@ impl PyReranker {
 /// Whether `model` (a directory or a hub id in the local cache) is a reranker:
 /// its config.json names a ``*ForSequenceClassification`` architecture.
 #[pyfunction]
-fn is_reranker(model: &str) -> PyResult<bool> {
-    bertflow_core::rerank::is_reranker(model).map_err(errors::core)
+fn is_reranker(model: PathBuf) -> PyResult<bool> {
+    bertflow_core::rerank::is_reranker(&model.to_string_lossy()).map_err(errors::core)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -45,7 +45,7 @@ def test_predict_equals_transformers(family):
 
 
 def test_rerank_answers_as_tei():
-    d, g = golden("roberta-cls")
+    d, g = golden("roberta")
     case = g["cases"][6]  # (query, long text): cut by truncation
     query, long = case["text"], case["pair"]
     texts = ["Hi", long, "a dog is running in the park"]
@@ -68,7 +68,7 @@ def test_rerank_answers_as_tei():
 
 
 def test_errors():
-    d, _ = golden("bert-cls")
+    d, _ = golden("bert")
     with pytest.raises(ValueError, match="2 labels"):
         bertflow.Reranker(d).rerank("q", ["t"])
     emb = FIXTURES / "tiny-roberta"

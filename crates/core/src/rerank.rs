@@ -163,6 +163,29 @@ pub fn ranked(scores: &[f32]) -> Vec<Rank> {
     r
 }
 
+/// One label's score of an input, as text-embeddings-inference's `/predict`
+/// answers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Prediction {
+    pub score: f32,
+    pub label: String,
+}
+
+/// `/predict`'s scores of one input's `logits`: the logits with `raw_scores`,
+/// else the sigmoid of a single logit or the softmax of several.
+pub fn scores(logits: &[f32], raw_scores: bool) -> Vec<f32> {
+    if raw_scores {
+        return logits.to_vec();
+    }
+    if let [x] = logits {
+        return vec![1.0 / (1.0 + (-x).exp())];
+    }
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exp: Vec<f32> = logits.iter().map(|x| (x - max).exp()).collect();
+    let sum: f32 = exp.iter().sum();
+    exp.iter().map(|e| e / sum).collect()
+}
+
 /// A loaded reranker and how to run it.
 pub struct Reranker {
     cross: CrossEncoder,
@@ -222,6 +245,31 @@ impl Reranker {
             .collect())
     }
 
+    /// Each input's labels with their [`scores`], highest first
+    /// (text-embeddings-inference's `/predict`).
+    pub fn classify(
+        &self,
+        inputs: &[(String, Option<String>)],
+        raw_scores: bool,
+        truncate: bool,
+    ) -> Result<Vec<Vec<Prediction>>> {
+        let labels = self.labels();
+        Ok(self
+            .predict(inputs, truncate)?
+            .iter()
+            .map(|logits| {
+                let s = scores(logits, raw_scores);
+                ranked(&s)
+                    .into_iter()
+                    .map(|r| Prediction {
+                        score: r.score,
+                        label: labels[r.index].clone(),
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
     /// The labels, one per logit (`id2label`).
     pub fn labels(&self) -> &[String] {
         self.cross.labels()
@@ -256,6 +304,16 @@ impl Reranker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scores_are_sigmoid_softmax_or_raw() {
+        assert_eq!(scores(&[0.0], false), [0.5]);
+        assert_eq!(scores(&[2.0, -1.0], true), [2.0, -1.0]);
+        let s = scores(&[1000.0, 1000.0, f32::NEG_INFINITY], false);
+        assert_eq!(s, [0.5, 0.5, 0.0]);
+        let s = scores(&[1.0, 2.0], false);
+        assert!((s[1] - 1.0 / (1.0 + (-1f32).exp())).abs() < 1e-6);
+    }
 
     #[test]
     fn ranks_are_by_score_then_input_order() {

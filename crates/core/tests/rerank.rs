@@ -82,6 +82,18 @@ fn predict_gives_every_label_and_rerank_needs_one() {
             assert!((x - logit(&g, i, l)).abs() < 1e-5, "case {i}: {row:?}");
         }
     }
+    // /predict's answer: labels by softmax score, highest first.
+    let classes = r.classify(&inputs[2..3], false, true).unwrap();
+    let (a, b) = (logit(&g, 2, 0), logit(&g, 2, 1));
+    let p1 = 1.0 / (1.0 + (a - b).exp());
+    let best = if p1 >= 0.5 {
+        "entailment"
+    } else {
+        "contradiction"
+    };
+    assert_eq!(classes[0][0].label, best);
+    assert!((classes[0][0].score - p1.max(1.0 - p1)).abs() < 1e-5);
+    assert!((classes[0][0].score + classes[0][1].score - 1.0).abs() < 1e-6);
     let e = r.rerank("a", &["b".to_string()], false, true).unwrap_err();
     assert!(
         matches!(&e, CoreError::Setting { field: "model", message } if message.contains("2 labels")),
