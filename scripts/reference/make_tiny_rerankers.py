@@ -14,7 +14,8 @@ prefix included), and golden.json: `max_len` and, for single texts and text
 pairs (one pair cut by longest_first truncation on its long side, one on both
 sides), the ids and token types transformers' tokenizer gives
 (`truncation=True, max_length=max_len`) and the logits of the model on that
-input alone (no padding).
+input alone (no padding); for the inputs cut, under `left` the same with
+`truncation_side="left"` (TEI's `truncation_direction: Left`).
 
 Hidden 32, 2 layers (ModernBERT 3, local window 4, mean pooling), weights
 drawn wide (std 0.2, LayerNorm around 1) so that every layer and the head move
@@ -149,8 +150,18 @@ def make(name, root, seed):
         with torch.no_grad():
             logits = model(**{k: enc[k] for k in names}).logits[0]
         types = enc["token_type_ids"][0].tolist() if "token_type_ids" in enc else [0] * enc["input_ids"].shape[1]
-        cases.append({"text": text, "pair": pair, "ids": enc["input_ids"][0].tolist(), "types": types,
-                      "truncated": full > limit, "logits": r9(logits.tolist())})
+        case = {"text": text, "pair": pair, "ids": enc["input_ids"][0].tolist(), "types": types,
+                "truncated": full > limit, "logits": r9(logits.tolist())}
+        if full > limit:
+            # The same input cut on the left (TEI's truncation_direction "Left").
+            tok.truncation_side = "left"
+            enc = tok(text, pair, truncation=True, max_length=limit, return_tensors="pt")
+            tok.truncation_side = "right"
+            with torch.no_grad():
+                logits = model(**{k: enc[k] for k in names}).logits[0]
+            types = enc["token_type_ids"][0].tolist() if "token_type_ids" in enc else [0] * enc["input_ids"].shape[1]
+            case["left"] = {"ids": enc["input_ids"][0].tolist(), "types": types, "logits": r9(logits.tolist())}
+        cases.append(case)
     assert any(c["truncated"] and c["pair"] for c in cases)
     golden = {"class": cls.__name__, "max_len": limit, "labels": [cfg.id2label[i] for i in range(cfg.num_labels)],
               "cases": cases}

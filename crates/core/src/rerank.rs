@@ -11,6 +11,9 @@ use crate::error::{Context, CoreError, Result};
 use crate::progress::SharedProgress;
 use bertflow_encoder::{CrossEncoder, EmbeddingCache, EncodeOptions, ModelFiles, Precision};
 use bertflow_encoder::{EncoderError, TuneOptions};
+
+/// What becomes of an input longer than the reranker's `max_len` tokens.
+pub use bertflow_encoder::head::Truncation;
 use std::path::PathBuf;
 
 /// How to load and run a reranker. With core's `clap` feature it is the
@@ -186,6 +189,16 @@ pub fn scores(logits: &[f32], raw_scores: bool) -> Vec<f32> {
     exp.iter().map(|e| e / sum).collect()
 }
 
+/// [`Truncation::Right`] when `truncate` (transformers' `truncation=True`),
+/// else [`Truncation::Error`].
+pub fn truncation(truncate: bool) -> Truncation {
+    if truncate {
+        Truncation::Right
+    } else {
+        Truncation::Error
+    }
+}
+
 /// A loaded reranker and how to run it.
 pub struct Reranker {
     cross: CrossEncoder,
@@ -201,7 +214,17 @@ impl Reranker {
         inputs: &[(String, Option<String>)],
         truncate: bool,
     ) -> Result<Vec<Vec<f32>>> {
-        Ok(self.cross.predict(inputs, truncate, &self.opts)?)
+        self.predict_with(inputs, truncation(truncate))
+    }
+
+    /// [`Reranker::predict`] with the truncation's side (TEI's
+    /// `truncation_direction`).
+    pub fn predict_with(
+        &self,
+        inputs: &[(String, Option<String>)],
+        truncation: Truncation,
+    ) -> Result<Vec<Vec<f32>>> {
+        Ok(self.cross.predict(inputs, truncation, &self.opts)?)
     }
 
     /// The score of each text against `query` (text-embeddings-inference's
@@ -213,6 +236,18 @@ impl Reranker {
         texts: &[String],
         raw_scores: bool,
         truncate: bool,
+    ) -> Result<Vec<f32>> {
+        self.rerank_with(query, texts, raw_scores, truncation(truncate))
+    }
+
+    /// [`Reranker::rerank`] with the truncation's side (TEI's
+    /// `truncation_direction`).
+    pub fn rerank_with(
+        &self,
+        query: &str,
+        texts: &[String],
+        raw_scores: bool,
+        truncation: Truncation,
     ) -> Result<Vec<f32>> {
         let labels = self.labels();
         if labels.len() != 1 {
@@ -231,7 +266,7 @@ impl Reranker {
             .iter()
             .map(|t| (query.to_string(), Some(t.clone())))
             .collect();
-        let logits = self.predict(&inputs, truncate)?;
+        let logits = self.predict_with(&inputs, truncation)?;
         Ok(logits
             .into_iter()
             .map(|l| {
@@ -251,11 +286,11 @@ impl Reranker {
         &self,
         inputs: &[(String, Option<String>)],
         raw_scores: bool,
-        truncate: bool,
+        truncation: Truncation,
     ) -> Result<Vec<Vec<Prediction>>> {
         let labels = self.labels();
         Ok(self
-            .predict(inputs, truncate)?
+            .predict_with(inputs, truncation)?
             .iter()
             .map(|logits| {
                 let s = scores(logits, raw_scores);

@@ -4,7 +4,7 @@
 //! `model` setting: an embedding model asked to rerank, a reranker asked to
 //! embed, a classifier of two labels asked for one score.
 use bertflow_core::progress::silent;
-use bertflow_core::rerank::{is_reranker, ranked};
+use bertflow_core::rerank::{is_reranker, ranked, Truncation};
 use bertflow_core::{CoreError, EmbedderConfig, PipelineConfig, RerankerConfig};
 use serde_json::Value;
 
@@ -50,6 +50,11 @@ fn rerank_scores_are_the_sigmoid_of_transformers_logits() {
         assert!((s - 1.0 / (1.0 + (-x).exp())).abs() < 1e-6);
         assert!((0.0..=1.0).contains(s));
     }
+    // Cut on the left, as transformers with truncation_side="left".
+    let left = r
+        .rerank_with(query, &texts[..1], true, Truncation::Left)
+        .unwrap();
+    assert!((left[0] - g["cases"][6]["left"]["logits"][0].as_f64().unwrap() as f32).abs() < 1e-5);
     // Without truncation the long text is an error, the short one is not.
     let e = r.rerank(query, &texts, false, false).unwrap_err();
     assert!(e.chain().contains("too long"), "{}", e.chain());
@@ -83,7 +88,7 @@ fn predict_gives_every_label_and_rerank_needs_one() {
         }
     }
     // /predict's answer: labels by softmax score, highest first.
-    let classes = r.classify(&inputs[2..3], false, true).unwrap();
+    let classes = r.classify(&inputs[2..3], false, Truncation::Right).unwrap();
     let (a, b) = (logit(&g, 2, 0), logit(&g, 2, 1));
     let p1 = 1.0 / (1.0 + (a - b).exp());
     let best = if p1 >= 0.5 {

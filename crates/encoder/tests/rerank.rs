@@ -5,7 +5,9 @@
 //! `longest_first` truncation included), logits within 1e-5; and the errors
 //! of inputs too long without truncation, of an embedding model loaded as a
 //! cross-encoder and of a head that does not match its config.
-use bertflow_encoder::head::{classification_class, is_classifier_config, SUPPORTED_HEADS};
+use bertflow_encoder::head::{
+    classification_class, is_classifier_config, Truncation, SUPPORTED_HEADS,
+};
 use bertflow_encoder::{CrossEncoder, EncodeOptions, EncoderError, Precision};
 use serde_json::Value;
 
@@ -91,7 +93,9 @@ fn every_family_scores_as_transformers() {
         assert_eq!(ce.labels(), labels.as_slice(), "{name}");
         let ins = inputs(&g);
         for (c, (text, pair)) in g["cases"].as_array().unwrap().iter().zip(&ins) {
-            let t = ce.tokenize(text, pair.as_deref(), true).unwrap();
+            let t = ce
+                .tokenize(text, pair.as_deref(), Truncation::Right)
+                .unwrap();
             assert_eq!(t.ids, u32s(&c["ids"]), "{name}: ids of {text:?} / {pair:?}");
             assert_eq!(t.types, u32s(&c["types"]), "{name}: types of {text:?}");
         }
@@ -100,13 +104,72 @@ fn every_family_scores_as_transformers() {
             batch_size: 3,
             threads: 2,
         };
-        assert_logits(&name, &ce.predict(&ins, true, &opts).unwrap(), &g);
+        assert_logits(
+            &name,
+            &ce.predict(&ins, Truncation::Right, &opts).unwrap(),
+            &g,
+        );
         let alone: Vec<Vec<f32>> = ins
             .iter()
-            .map(|i| ce.predict(std::slice::from_ref(i), true, &opts).unwrap()[0].clone())
+            .map(|i| {
+                ce.predict(std::slice::from_ref(i), Truncation::Right, &opts)
+                    .unwrap()[0]
+                    .clone()
+            })
             .collect();
         assert_logits(&name, &alone, &g);
     }
+}
+
+#[test]
+fn left_truncation_keeps_the_last_tokens_as_transformers() {
+    let opts = EncodeOptions {
+        batch_size: 4,
+        threads: 2,
+    };
+    for fam in FAMILIES {
+        let name = format!("{fam}-cls");
+        let g = golden(&name);
+        let ce = CrossEncoder::load(&dir(&name), None, Precision::Fp32).unwrap();
+        let cases: Vec<&Value> = g["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c.get("left").is_some())
+            .collect();
+        assert!(cases.len() >= 3, "{name}");
+        let ins: Vec<(String, Option<String>)> = cases
+            .iter()
+            .map(|c| {
+                let text = c["text"].as_str().unwrap().to_string();
+                (text, c["pair"].as_str().map(str::to_string))
+            })
+            .collect();
+        let got = ce.predict(&ins, Truncation::Left, &opts).unwrap();
+        for ((c, (text, pair)), row) in cases.iter().zip(&ins).zip(&got) {
+            let t = ce
+                .tokenize(text, pair.as_deref(), Truncation::Left)
+                .unwrap();
+            assert_eq!(t.ids, u32s(&c["left"]["ids"]), "{name}: {text:?}");
+            assert_eq!(t.types, u32s(&c["left"]["types"]), "{name}: {text:?}");
+            assert_ne!(t.ids, u32s(&c["ids"]), "{name}: {text:?}");
+            let want = c["left"]["logits"][0].as_f64().unwrap();
+            assert!(
+                (row[0] as f64 - want).abs() < 1e-5,
+                "{name}: {row:?} vs {want}"
+            );
+        }
+    }
+    // A text far past the character cut keeps the tokens of its end.
+    let ce = CrossEncoder::load(&dir("bert-cls"), None, Precision::Fp32).unwrap();
+    let huge = format!("{} the cat sleeps", "guitar ".repeat(40_000));
+    let short = format!("{} the cat sleeps", "guitar ".repeat(100));
+    let cut = ce.tokenize("q", Some(&huge), Truncation::Left).unwrap();
+    assert_eq!(cut.ids.len(), 40);
+    assert_eq!(
+        cut,
+        ce.tokenize("q", Some(&short), Truncation::Left).unwrap()
+    );
 }
 
 #[test]
@@ -119,7 +182,9 @@ fn the_bert_pair_reads_its_token_types() {
     let ce = CrossEncoder::load(&dir("bert-cls"), None, Precision::Fp32).unwrap();
     let one = [(pair["text"].as_str().unwrap().to_string(), None::<String>)];
     // The first text alone differs from the pair.
-    let alone = ce.predict(&one, true, &EncodeOptions::default()).unwrap();
+    let alone = ce
+        .predict(&one, Truncation::Right, &EncodeOptions::default())
+        .unwrap();
     let want = pair["logits"][0].as_f64().unwrap();
     assert!((alone[0][0] as f64 - want).abs() > 1e-3);
 }
@@ -131,7 +196,7 @@ fn too_long_without_truncation_is_an_error() {
     let ins = inputs(&g);
     let opts = EncodeOptions::default();
     for (c, input) in g["cases"].as_array().unwrap().iter().zip(&ins) {
-        let got = ce.predict(std::slice::from_ref(input), false, &opts);
+        let got = ce.predict(std::slice::from_ref(input), Truncation::Error, &opts);
         if c["truncated"].as_bool().unwrap() {
             let e = got.unwrap_err();
             assert!(matches!(e, EncoderError::TooLong { max: 38, .. }), "{e}");
@@ -143,14 +208,16 @@ fn too_long_without_truncation_is_an_error() {
     }
     // A text far past the character cut is refused without tokenising it all.
     let huge = "guitar ".repeat(40_000);
-    let e = ce.tokenize("q", Some(&huge), false).unwrap_err();
+    let e = ce
+        .tokenize("q", Some(&huge), Truncation::Error)
+        .unwrap_err();
     assert!(e.to_string().contains("more than"), "{e}");
     // Truncated, the cut text gives the tokens of the whole one.
-    let cut = ce.tokenize("q", Some(&huge), true).unwrap();
+    let cut = ce.tokenize("q", Some(&huge), Truncation::Right).unwrap();
     assert_eq!(cut.ids.len(), 38);
     assert_eq!(
         cut,
-        ce.tokenize("q", Some(&"guitar ".repeat(100)), true)
+        ce.tokenize("q", Some(&"guitar ".repeat(100)), Truncation::Right)
             .unwrap()
     );
 }
@@ -232,7 +299,11 @@ fn heads_that_do_not_match_their_config_are_errors() {
     let ce = CrossEncoder::load(t.path().to_str().unwrap(), None, Precision::Fp32).unwrap();
     let g = golden("modernbert-cls");
     let got = ce
-        .predict(&inputs(&g)[..1], true, &EncodeOptions::default())
+        .predict(
+            &inputs(&g)[..1],
+            Truncation::Right,
+            &EncodeOptions::default(),
+        )
         .unwrap();
     assert!((got[0][0] as f64 - g["cases"][0]["logits"][0].as_f64().unwrap()).abs() > 1e-3);
 }
@@ -242,7 +313,7 @@ fn int8_scores_stay_close() {
     let g = golden("xlm-roberta-cls");
     let ce = CrossEncoder::load(&dir("xlm-roberta-cls"), None, Precision::Int8).unwrap();
     let got = ce
-        .predict(&inputs(&g), true, &EncodeOptions::default())
+        .predict(&inputs(&g), Truncation::Right, &EncodeOptions::default())
         .unwrap();
     for (row, c) in got.iter().zip(g["cases"].as_array().unwrap()) {
         let want = c["logits"][0].as_f64().unwrap();

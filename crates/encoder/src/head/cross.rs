@@ -24,10 +24,24 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 pub struct CrossEncoder {
     encoder: Encoder,
     head: Head,
-    /// The encoder's tokenizer with `longest_first` truncation at `max_len`.
-    truncating: Tokenizer,
+    /// The encoder's tokenizer with `longest_first` truncation at `max_len`,
+    /// keeping the first tokens ([`Truncation::Right`]) and the last ([`Truncation::Left`]).
+    right: Tokenizer,
+    left: Tokenizer,
     /// Whether the model reads token types (BERT).
     types: bool,
+}
+
+/// What to do with an input longer than `max_len` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Truncation {
+    /// Refuse it ([`EncoderError::TooLong`]).
+    Error,
+    /// Cut the end of the longer text (transformers' `truncation=True`).
+    #[default]
+    Right,
+    /// Cut the start of the longer text (`truncation_side="left"`).
+    Left,
 }
 
 /// One tokenised input: ids with the special tokens, and their token types
@@ -63,20 +77,25 @@ impl CrossEncoder {
                 head.class()
             )));
         }
-        let mut truncating = encoder.tokenizer().inner().clone();
-        truncating
-            .with_truncation(Some(TruncationParams {
-                direction: TruncationDirection::Right,
+        let truncating = |direction| -> Result<Tokenizer> {
+            let mut t = encoder.tokenizer().inner().clone();
+            t.with_truncation(Some(TruncationParams {
+                direction,
                 max_length: encoder.max_len(),
                 strategy: TruncationStrategy::LongestFirst,
                 stride: 0,
             }))
             .map_err(|e| EncoderError::Tokenizer(e.to_string()))?;
+            Ok(t)
+        };
+        let right = truncating(TruncationDirection::Right)?;
+        let left = truncating(TruncationDirection::Left)?;
         let types = encoder.config().architecture == Architecture::Bert;
         Ok(Self {
             encoder,
             head,
-            truncating,
+            right,
+            left,
             types,
         })
     }
@@ -101,46 +120,64 @@ impl CrossEncoder {
     }
 
     /// `text` cut after `max_len` x [`CHARS_PER_TOKEN`] characters, back to the
-    /// last whitespace, when that still leaves `max_len` + [`CUT_SLACK`] tokens
-    /// (so that truncation keeps the same tokens as from the whole text), else
-    /// `text`; with whether it was cut.
-    fn prefix<'a>(&self, text: &'a str) -> Result<(&'a str, bool)> {
+    /// last whitespace (with `from_end`, the last as many characters, on to the
+    /// first whitespace), when that still leaves `max_len` + [`CUT_SLACK`]
+    /// tokens (so that truncation keeps the same tokens as from the whole
+    /// text), else `text`; with whether it was cut.
+    fn cut<'a>(&self, text: &'a str, from_end: bool) -> Result<(&'a str, bool)> {
         let max_len = self.max_len();
         let limit = max_len.saturating_mul(CHARS_PER_TOKEN);
         if text.len() <= limit {
             return Ok((text, false));
         }
-        let Some((cut, _)) = text.char_indices().nth(limit) else {
-            return Ok((text, false));
+        let part = if from_end {
+            let Some((start, _)) = text.char_indices().rev().nth(limit) else {
+                return Ok((text, false));
+            };
+            let tail = &text[start..];
+            match tail.find(char::is_whitespace) {
+                Some(p) if p + 1 < tail.len() => &tail[p..],
+                _ => tail,
+            }
+        } else {
+            let Some((end, _)) = text.char_indices().nth(limit) else {
+                return Ok((text, false));
+            };
+            let head = &text[..end];
+            match head.rfind(char::is_whitespace) {
+                Some(p) if p > 0 => &head[..p],
+                _ => head,
+            }
         };
-        let head = &text[..cut];
-        let head = match head.rfind(char::is_whitespace) {
-            Some(p) if p > 0 => &head[..p],
-            _ => head,
-        };
-        let pieces = self.encoder.tokenizer().word_pieces(head)?;
+        let pieces = self.encoder.tokenizer().word_pieces(part)?;
         if pieces.len() >= max_len.saturating_add(CUT_SLACK) {
-            Ok((head, true))
+            Ok((part, true))
         } else {
             Ok((text, false))
         }
     }
 
-    /// Ids and token types of `text` (and `pair`), truncated to `max_len` when
-    /// `truncate` (transformers' `longest_first`), else an error when longer.
-    pub fn tokenize(&self, text: &str, pair: Option<&str>, truncate: bool) -> Result<PairTokens> {
-        let (a, cut_a) = self.prefix(text)?;
+    /// Ids and token types of `text` (and `pair`), truncated to `max_len` as
+    /// `truncation` says (transformers' `longest_first`).
+    pub fn tokenize(
+        &self,
+        text: &str,
+        pair: Option<&str>,
+        truncation: Truncation,
+    ) -> Result<PairTokens> {
+        let from_end = truncation == Truncation::Left;
+        let (a, cut_a) = self.cut(text, from_end)?;
         let (b, cut_b) = match pair {
             Some(p) => {
-                let (b, cut) = self.prefix(p)?;
+                let (b, cut) = self.cut(p, from_end)?;
                 (Some(b), cut)
             }
             None => (None, false),
         };
-        let tok = if truncate {
-            &self.truncating
-        } else {
-            self.encoder.tokenizer().inner()
+        let tok = match truncation {
+            Truncation::Error => self.encoder.tokenizer().inner(),
+            Truncation::Right => &self.right,
+            Truncation::Left => &self.left,
         };
         let tk = |e: tokenizers::Error| EncoderError::Tokenizer(e.to_string());
         let enc = match b {
@@ -148,7 +185,7 @@ impl CrossEncoder {
             None => tok.encode_fast(a, true).map_err(tk)?,
         };
         let max_len = self.max_len();
-        if !truncate && (cut_a || cut_b || enc.get_ids().len() > max_len) {
+        if truncation == Truncation::Error && (cut_a || cut_b || enc.get_ids().len() > max_len) {
             let given = if cut_a || cut_b {
                 format!("more than {}", max_len + CUT_SLACK)
             } else {
@@ -171,18 +208,18 @@ impl CrossEncoder {
     }
 
     /// The raw logits (one per label) of each input: a text, or a pair of texts
-    /// read as one sequence; `truncate` cuts inputs longer than `max_len`
-    /// tokens (else they are an error). Inputs run in batches of equal token
+    /// read as one sequence; `truncation` says what becomes of inputs longer
+    /// than `max_len` tokens. Inputs run in batches of equal token
     /// counts (nothing padded), so an input's logits do not depend on the others.
     pub fn predict<S: AsRef<str> + Sync>(
         &self,
         inputs: &[(S, Option<S>)],
-        truncate: bool,
+        truncation: Truncation,
         opts: &EncodeOptions,
     ) -> Result<Vec<Vec<f32>>> {
         let toks = inputs
             .iter()
-            .map(|(a, b)| self.tokenize(a.as_ref(), b.as_ref().map(|b| b.as_ref()), truncate))
+            .map(|(a, b)| self.tokenize(a.as_ref(), b.as_ref().map(|b| b.as_ref()), truncation))
             .collect::<Result<Vec<_>>>()?;
         let mut order: Vec<usize> = (0..toks.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(toks[i].ids.len()));

@@ -22,7 +22,7 @@ use bertflow_kernels::{gelu_erf, layer_norm};
 use serde_json::Value;
 
 mod cross;
-pub use cross::{CrossEncoder, PairTokens};
+pub use cross::{CrossEncoder, PairTokens, Truncation};
 
 /// The `*ForSequenceClassification` classes whose heads bertflow runs.
 pub const SUPPORTED_HEADS: &[&str] = &[
