@@ -107,9 +107,11 @@ pub fn core(e: CoreError) -> PyErr {
         CoreError::Data(inner) => data_kind(inner, msg),
         CoreError::Io { source, .. } => io_error(source, msg),
         CoreError::Write(w) => io_error(&w.source, msg),
-        CoreError::Eval(_) | CoreError::Input(_) | CoreError::Setting { .. } => {
-            PyValueError::new_err(msg)
-        }
+        CoreError::Eval(_)
+        | CoreError::Input(_)
+        | CoreError::Setting { .. }
+        | CoreError::NotReranker { .. }
+        | CoreError::IsReranker { .. } => PyValueError::new_err(msg),
         _ => PyRuntimeError::new_err(msg),
     };
     mapped

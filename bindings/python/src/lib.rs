@@ -16,6 +16,7 @@ mod fitted;
 mod moments;
 mod quantize;
 mod rules;
+mod rerank;
 mod sts;
 
 /// The compiled core of bertflow; use the `bertflow` package instead.
@@ -30,5 +31,6 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quantize::register(m)?;
     sts::register(m)?;
     export::register(m)?;
+    rerank::register(m)?;
     Ok(())
 }

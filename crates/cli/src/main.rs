@@ -11,6 +11,7 @@ mod cmd_fit;
 mod cmd_index;
 mod cmd_kinds;
 mod cmd_report;
+mod cmd_rerank;
 mod cmd_serve;
 mod cmd_transform;
 mod cmd_tune;
@@ -82,6 +83,9 @@ enum Command {
     Export(cmd_export::ExportArgs),
     /// Serve embeddings, similarity and search over HTTP (OpenAI-compatible).
     Serve(cmd_serve::ServeArgs),
+    /// Rank texts against a query with a reranker (a cross-encoder: a
+    /// *ForSequenceClassification checkpoint), best first.
+    Rerank(cmd_rerank::RerankArgs),
     /// Build, extend, inspect or verify a persistent search index for `serve --index`.
     Index(cmd_index::IndexArgs),
     /// Benchmarks: encoder throughput on STS-B test, BERT-flow fit time on the
@@ -100,14 +104,15 @@ enum Command {
 /// (`--max-len: ...` where core says `max_len: ...`).
 fn describe(e: &anyhow::Error) -> String {
     e.chain()
-        .map(
-            |cause| match cause.downcast_ref::<bertflow_core::CoreError>() {
-                Some(bertflow_core::CoreError::Setting { field, message }) => {
-                    format!("--{}: {message}", field.replace('_', "-"))
-                }
-                _ => cause.to_string(),
-            },
-        )
+        .map(|cause| {
+            match cause
+                .downcast_ref::<bertflow_core::CoreError>()
+                .and_then(|e| e.setting_parts())
+            {
+                Some((field, message)) => format!("--{}: {message}", field.replace('_', "-")),
+                None => cause.to_string(),
+            }
+        })
         .collect::<Vec<_>>()
         .join(": ")
 }
@@ -138,6 +143,7 @@ fn main() {
         Command::Analyze(a) => cmd_analyze::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Export(a) => cmd_export::run(a),
+        Command::Rerank(a) => cmd_rerank::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Index(a) => cmd_index::run(a),
         Command::Bench(a) => cmd_bench::run(a),

@@ -26,6 +26,11 @@ pub const ENV_DATA: &str = bertflow_eval::DATA_ENV;
 pub const POOLING: bertflow_encoder::Pooling = bertflow_encoder::Pooling::LastAvg;
 /// Sentences per forward pass.
 pub const BATCH_SIZE: usize = 32;
+/// Whether a reranker cuts a query and text longer than its token limit
+/// (`bertflow rerank`, `bertflow.Reranker`); without, they are an error.
+pub const RERANK_TRUNCATE: bool = true;
+/// Whether a reranker's scores are its raw logits rather than their sigmoid.
+pub const RERANK_RAW_SCORES: bool = false;
 /// The seed of every sample drawn from a fit corpus (`--sample`, Spark's
 /// `sample_size`) when the calibrator has no seed of its own.
 pub const SAMPLE_SEED: u64 = 42;

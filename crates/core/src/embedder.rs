@@ -126,7 +126,7 @@ impl EmbedderConfig {
 }
 
 /// The one rule for a batch size: at least 1 sentence per forward pass.
-fn set_batch_size(opts: &mut EncodeOptions, n: usize) -> Result<()> {
+pub(crate) fn set_batch_size(opts: &mut EncodeOptions, n: usize) -> Result<()> {
     if n == 0 {
         return Err(crate::CoreError::setting(
             "batch_size",

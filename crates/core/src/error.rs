@@ -17,6 +17,16 @@ pub enum CoreError {
         field: &'static str,
         message: String,
     },
+    /// An embedding model where a reranker is needed (`field` names the
+    /// setting, `model`).
+    #[error("{field}: {model} is an embedding model; it has no classification head (config.json's architectures name no *ForSequenceClassification): rerank with a cross-encoder")]
+    NotReranker { field: &'static str, model: String },
+    /// A reranker where an embedding model is needed (`field` names the
+    /// setting, `model`).
+    #[error(
+        "{field}: {model} is a reranker (cross-encoder): use bertflow rerank / bertflow.Reranker"
+    )]
+    IsReranker { field: &'static str, model: String },
     /// A file could not be read or written.
     #[error("cannot {action} {}", path.display())]
     Io {
@@ -75,6 +85,25 @@ impl CoreError {
         CoreError::Setting {
             field,
             message: message.into(),
+        }
+    }
+
+    /// The setting an error is about and what is wrong with it (without the
+    /// field's name), for front ends that name the setting their own way
+    /// (`--max-len`, `max_len=`): [`CoreError::Setting`],
+    /// [`CoreError::NotReranker`], [`CoreError::IsReranker`].
+    pub fn setting_parts(&self) -> Option<(&'static str, String)> {
+        match self {
+            CoreError::Setting { field, message } => Some((field, message.clone())),
+            CoreError::NotReranker { field, .. } | CoreError::IsReranker { field, .. } => {
+                let full = self.to_string();
+                let message = full
+                    .strip_prefix(&format!("{field}: "))
+                    .unwrap_or(&full)
+                    .to_string();
+                Some((field, message))
+            }
+            _ => None,
         }
     }
 

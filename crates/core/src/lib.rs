@@ -17,6 +17,8 @@
 //! - [`analyze`] and [`report`]: the analyses of the embedding space and the HTML report;
 //! - `indexing` (feature `index`): persistent search indexes (`index build|add|ann`)
 //!   for `serve --index`;
+//! - [`rerank`]: rerankers (cross-encoders) scoring a query against texts
+//!   ([`RerankerConfig`], [`Reranker`]);
 //! - [`io`]: sentences in, embeddings out (`.npy`, `.jsonl`, `.safetensors`);
 //! - [`progress`]: how workflows report progress without printing.
 //!
@@ -42,6 +44,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod quantize;
 pub mod report;
+pub mod rerank;
 pub mod st_pipeline;
 pub mod weighting;
 
@@ -67,6 +70,7 @@ pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};
 pub use error::{Context, CoreError, Result};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineInfo};
 pub use progress::{Bar, Progress, SharedProgress, Silent};
+pub use rerank::{Reranker, RerankerConfig};
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename): every
 /// output file of bertflow goes through this or [`bertflow_durable::AtomicFile`],

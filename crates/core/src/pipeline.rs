@@ -73,6 +73,7 @@ impl PipelineConfig {
         calibrator: Option<LoadedCalibrator>,
         progress: SharedProgress,
     ) -> Result<Pipeline> {
+        crate::rerank::refuse_reranker(&self.model.model)?;
         let embedder = self.model.load(progress)?;
         let pooling = resolve_pooling(
             &embedder.encoder,

@@ -98,6 +98,17 @@ impl Encoder {
         precision: Precision,
         tune: &TuneOptions,
     ) -> Result<Self> {
+        Self::load_with_weights(spec, max_len, precision, tune).map(|(e, _)| e)
+    }
+
+    /// [`Encoder::load_with_kernels`], and the checkpoint's tensors (a task head
+    /// reads its own from them: [`crate::head`]).
+    pub(crate) fn load_with_weights(
+        spec: &str,
+        max_len: Option<usize>,
+        precision: Precision,
+        tune: &TuneOptions,
+    ) -> Result<(Self, Weights)> {
         let files = ModelFiles::resolve(spec)?;
         let text = std::fs::read_to_string(&files.config).map_err(io_err(&files.config))?;
         let config = ModelConfig::parse(&text).map_err(|msg| {
@@ -125,7 +136,7 @@ impl Encoder {
             None => files_fingerprint.clone(),
             Some(n) => format!("{files_fingerprint}-{n}"),
         };
-        Ok(Self {
+        let encoder = Self {
             files,
             tokenizer,
             model,
@@ -133,7 +144,8 @@ impl Encoder {
             fingerprint,
             files_fingerprint,
             kernels,
-        })
+        };
+        Ok((encoder, weights))
     }
 
     pub fn files(&self) -> &ModelFiles {

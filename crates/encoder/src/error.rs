@@ -32,6 +32,10 @@ pub enum EncoderError {
     NoPooler,
     #[error("max length {0} must be between 2 and the model's position limit {1}")]
     BadMaxLen(usize, usize),
+    #[error(
+        "input is too long: {given} tokens, and the model takes at most {max} (truncate to cut it)"
+    )]
+    TooLong { given: String, max: usize },
     #[error("weighting: {0}")]
     Weighting(String),
     #[error("precision: {0}")]

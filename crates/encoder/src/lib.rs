@@ -13,6 +13,7 @@
 //! - [`tuning`]: the fp32 and int8 kernels, chosen by measurement once per CPU
 //!   (cached in `kernels.json`), by the environment, or by rule.
 //! - [`weighting`]: per-token weights (SIF, uSIF) for the averaging poolings.
+//! - [`head`]: sequence-classification heads (cross-encoders, rerankers).
 //! - [`st`]: the `st` pooling, a sentence-transformers directory's own pipeline.
 pub mod arch;
 pub mod cache;
@@ -21,6 +22,7 @@ pub mod encoder;
 pub mod engine;
 pub mod error;
 pub mod files;
+pub mod head;
 pub mod pooling;
 pub mod precision;
 pub mod st;
@@ -36,6 +38,7 @@ pub use cache::{CachedEntry, EmbeddingCache};
 pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};
 pub use files::ModelFiles;
+pub use head::CrossEncoder;
 pub use pooling::{PoolSource, Pooling, POOLINGS};
 pub use precision::Precision;
 pub use tuning::{KernelChoice, TuneOptions};

@@ -177,6 +177,12 @@ impl TextTokenizer {
         }
     }
 
+    /// The `tokenizers` tokenizer (padding and truncation off), for pairs
+    /// ([`crate::head`]).
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

@@ -74,7 +74,24 @@ impl Weights {
 
     /// The tensor `name` (without the model prefix) as f32 with the expected shape.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        let full = format!("{}{name}", self.prefix);
+        self.get_full(format!("{}{name}", self.prefix), shape)
+    }
+
+    /// Whether the checkpoint has `name` outside the base model (a task head's
+    /// `classifier.weight`), as written.
+    pub fn contains_top(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// [`Weights::vec`] of a tensor outside the base model, named as written.
+    pub fn vec_top(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        Ok(self
+            .get_full(name.to_string(), shape)?
+            .flatten_all()?
+            .to_vec1::<f32>()?)
+    }
+
+    fn get_full(&self, full: String, shape: &[usize]) -> Result<Tensor> {
         let t = self
             .tensors
             .get(&full)

@@ -4,8 +4,9 @@ Encode sentences with :class:`Encoder`, calibrate any embeddings with
 :class:`Whitening`, :class:`Flow`, :class:`StandardNorm`, :class:`Natsv`,
 :class:`SoftWhitening` or :class:`Auto` (scikit-learn transformers; files
 shared with the ``bertflow`` command), ask :func:`advise` whether to calibrate,
-accumulate mergeable statistics with :class:`MomentStats`, and evaluate any
-embedding function on the seven STS benchmarks with :func:`bertflow.sts.evaluate`.
+accumulate mergeable statistics with :class:`MomentStats`, evaluate any
+embedding function on the seven STS benchmarks with :func:`bertflow.sts.evaluate`,
+and rank texts against a query with a cross-encoder, :class:`Reranker`.
 
 Quick start::
 
@@ -51,6 +52,7 @@ from ._calibrators import (  # noqa: E402
 from ._encoder import POOLINGS, Encoder, defaults, poolings  # noqa: E402
 from ._moments import MomentStats  # noqa: E402
 from ._quantize import Quantizer, hamming_similarity, int8_dot  # noqa: E402
+from ._bertflow import Reranker, is_reranker  # noqa: E402
 from . import sts  # noqa: E402
 from . import st  # noqa: E402
 
@@ -79,6 +81,8 @@ __all__ = [
     "Quantizer",
     "hamming_similarity",
     "int8_dot",
+    "Reranker",
+    "is_reranker",
     "CalibratorFileError",
     "sts",
     "st",

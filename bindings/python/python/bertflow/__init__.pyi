@@ -77,6 +77,40 @@ class Encoder:
     @property
     def cache_dir(self) -> Optional[str]: ...
 
+class Reranker:
+    def __init__(
+        self,
+        model: _Path,
+        max_len: Optional[int] = None,
+        threads: Optional[int] = None,
+        batch_size: int = 32,
+        precision: Optional[str] = None,
+        cache_dir: Optional[_Path] = None,
+    ) -> None: ...
+    def rerank(
+        self,
+        query: str,
+        texts: Iterable[str],
+        raw_scores: bool = False,
+        return_text: bool = False,
+        truncate: bool = True,
+    ) -> list[dict[str, Any]]: ...
+    def predict(
+        self, pairs: Iterable[Union[str, Tuple[str, str]]], truncate: bool = True
+    ) -> _F32: ...
+    @property
+    def labels(self) -> list[str]: ...
+    @property
+    def max_len(self) -> int: ...
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+
+def is_reranker(model: _Path) -> bool: ...
+
 class Calibrator:
     calibrator_: Any
     n_features_in_: int

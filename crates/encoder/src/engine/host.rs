@@ -251,11 +251,22 @@ impl super::Block for PostNormBlock {
 }
 
 impl Embeddings {
-    /// Token rows of the embedding output into `out` (`ids`: rows of `t`).
-    fn forward_host(&self, ids: &[u32], t: usize, out: &mut [f32]) -> Result<()> {
+    /// Token rows of the embedding output into `out` (`ids`: rows of `t`;
+    /// `types`: the token type of each id, all 0 when `None`).
+    fn forward_host(
+        &self,
+        ids: &[u32],
+        types: Option<&[u32]>,
+        t: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
         let h = self.ln.w.len();
         let n_pos = self.position.len() / h.max(1);
-        for (sent, rows) in ids.chunks_exact(t).zip(out.chunks_exact_mut(t * h)) {
+        for (s, (sent, rows)) in ids
+            .chunks_exact(t)
+            .zip(out.chunks_exact_mut(t * h))
+            .enumerate()
+        {
             let mut seen = 0;
             for (i, (&id, row)) in sent.iter().zip(rows.chunks_exact_mut(h)).enumerate() {
                 let id = id as usize;
@@ -282,6 +293,12 @@ impl Embeddings {
                     row.iter_mut().zip(pe).for_each(|(o, &p)| *o += p);
                 }
                 if let Some(tt) = &self.token_type {
+                    let ty = types.map_or(0, |ty| ty[s * t + i] as usize);
+                    let tt = tt.get(ty * h..(ty + 1) * h).ok_or_else(|| {
+                        EncoderError::Unsupported(format!(
+                            "forward pass: token type {ty} outside the table"
+                        ))
+                    })?;
                     row.iter_mut().zip(tt).for_each(|(o, &c)| *o += c);
                 }
             }
@@ -294,6 +311,7 @@ impl Embeddings {
 pub(super) fn forward(
     model: &Model,
     ids: &[u32],
+    types: Option<&[u32]>,
     lens: &[usize],
     t: usize,
     upto: usize,
@@ -308,7 +326,9 @@ pub(super) fn forward(
         scratch,
         ..
     } = ws;
-    model.embeddings.forward_host(ids, t, &mut states[0])?;
+    model
+        .embeddings
+        .forward_host(ids, types, t, &mut states[0])?;
     if let Some(b) = &model.bias {
         b.fill(t, bias);
     }

@@ -137,14 +137,14 @@ pub(crate) enum Positions {
 }
 
 /// The embedding layer: word + position (unless [`Positions::None`]) + token
-/// type 0, then LayerNorm.
+/// type (0 unless a pass names others), then LayerNorm.
 pub(crate) struct Embeddings {
     /// `[vocab, hidden]`
     pub(crate) word: Vec<f32>,
     /// `[max_position_embeddings, hidden]`
     pub(crate) position: Vec<f32>,
     pub(crate) positions: Positions,
-    /// Row 0 of the token-type table, where the model has one.
+    /// The token-type table `[type_vocab_size, hidden]`, where the model has one.
     pub(crate) token_type: Option<Vec<f32>>,
     pub(crate) ln: LayerNorm,
 }
@@ -159,11 +159,10 @@ impl Embeddings {
     ) -> Result<Self> {
         let h = cfg.hidden_size;
         let token_type = if cfg.type_vocab_size > 0 {
-            let t = w.vec(
+            Some(w.vec(
                 "embeddings.token_type_embeddings.weight",
                 &[cfg.type_vocab_size, h],
-            )?;
-            Some(t[..h].to_vec())
+            )?)
         } else {
             None
         };
@@ -358,7 +357,36 @@ impl Model {
         ws: &mut Workspace,
     ) -> Result<()> {
         self.check_batch(ids, lens, t, upto)?;
-        host::forward(self, ids, lens, t, upto, ws)
+        host::forward(self, ids, None, lens, t, upto, ws)
+    }
+
+    /// [`Model::forward_into`] with a token type per id (`types`, as `ids`: the
+    /// second text of a pair is type 1 for BERT); an error for a type outside
+    /// the model's token-type table, or for types on a model without one.
+    pub fn forward_typed_into(
+        &self,
+        ids: &[u32],
+        types: &[u32],
+        lens: &[usize],
+        t: usize,
+        upto: usize,
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        self.check_batch(ids, lens, t, upto)?;
+        let rows = self.config.type_vocab_size;
+        if types.len() != ids.len() {
+            return Err(EncoderError::Unsupported(format!(
+                "forward pass: {} token types for {} ids",
+                types.len(),
+                ids.len()
+            )));
+        }
+        if let Some(&ty) = types.iter().find(|&&ty| ty as usize >= rows.max(1)) {
+            return Err(EncoderError::Unsupported(format!(
+                "forward pass: token type {ty} outside this model's {rows} token types"
+            )));
+        }
+        host::forward(self, ids, Some(types), lens, t, upto, ws)
     }
 
     /// tanh(W h + b) of the last layer's first-token vectors `cls` (`rows` of
