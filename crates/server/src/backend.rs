@@ -3,6 +3,16 @@
 
 use serde::Serialize;
 
+/// Which kind of model the backend serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// A sentence-embedding model: `/v1/embeddings`, `/embed`, `/similarity`, ...
+    Embedding,
+    /// A sequence-classification head (cross-encoder): `/rerank`, `/predict`.
+    Reranker,
+}
+
 /// Static description of the model behind a backend, reported by `GET /info`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BackendInfo {
@@ -19,6 +29,10 @@ pub struct BackendInfo {
     /// Maximum sequence length in tokens, special tokens included; longer
     /// inputs are truncated by the backend. Must be at least 1.
     pub max_len: usize,
+    /// Which kind of model this is.
+    pub kind: ModelKind,
+    /// Classifier labels in logit order (`id2label`), empty for an embedding model.
+    pub labels: Vec<String>,
 }
 
 /// One embedded input, as returned by [`EmbedBackend::embed`].
@@ -88,6 +102,18 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// blocking pool.
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         let _ = text;
+        None
+    }
+
+    /// Raw classifier logits for each (text, text_pair) input, one Vec per input (len = labels),
+    /// truncated at max_len when `truncate`, else an input over max_len is an error.
+    /// None: this backend is not a reranker.
+    fn predict(
+        &self,
+        inputs: &[(String, Option<String>)],
+        truncate: bool,
+    ) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
+        let _ = (inputs, truncate);
         None
     }
 }

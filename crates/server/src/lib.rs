@@ -145,7 +145,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
-pub use backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
+pub use backend::{BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, Tokenized};
 pub use config::{Limits, ServerConfig};
 pub use error::{ApiError, ServerError};
 pub use index::{Hit, SearchIndex, SharedIndex};

@@ -11,7 +11,7 @@ use bertflow_core::encoder::EncodeOptions;
 use bertflow_core::index::{Ann, Identity, Index};
 use bertflow_core::Pipeline;
 
-use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
+use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, Tokenized};
 use crate::index::{Hit, SearchIndex};
 
 /// A [`Pipeline`] (model, pooling, token weights, calibrator) as the server's backend.
@@ -37,6 +37,8 @@ impl ModelBackend {
             calibrator: info.calibrator,
             dimension: info.dimension,
             max_len: info.max_len,
+            kind: ModelKind::Embedding,
+            labels: Vec::new(),
         };
         let opts = EncodeOptions {
             batch_size: batch_size.max(1),
