@@ -59,6 +59,22 @@ pub struct Tokenized {
     pub truncated: bool,
 }
 
+/// One token of an input with its place in the text, for TEI's `POST /tokenize`
+/// (returned by [`EmbedBackend::token_spans`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSpan {
+    /// Token id.
+    pub id: u32,
+    /// The token string (e.g. `play`, `##ing`, `[CLS]`).
+    pub text: String,
+    /// Whether it is a special token (`[CLS]`, `[SEP]`, ...).
+    pub special: bool,
+    /// Byte offsets `start..stop` of the token in the input text, when known.
+    pub start: Option<usize>,
+    /// End of the byte range (exclusive), when known.
+    pub stop: Option<usize>,
+}
+
 /// Failure of the backend; reported to clients as HTTP 500.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -102,6 +118,50 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// blocking pool.
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         let _ = text;
+        None
+    }
+
+    /// Embed inputs given as the model's own token ids, used as they are (no
+    /// special tokens added; the server has checked that each has 1 to
+    /// `max_len` ids). One [`Embedded`] per input, in order. `None` (the
+    /// default): this backend takes text only. Runs on tokio's blocking pool.
+    fn embed_ids(&self, ids: &[Vec<u32>]) -> Option<Result<Vec<Embedded>, BackendError>> {
+        let _ = ids;
+        None
+    }
+
+    /// The last layer's vector of every token the model sees (special tokens
+    /// included, after truncation at `max_len`), for TEI's `POST /embed_all`:
+    /// one `tokens x hidden` matrix per input. `None` (the default): not
+    /// supported. Runs on tokio's blocking pool.
+    fn embed_all(&self, texts: &[String]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+        let _ = texts;
+        None
+    }
+
+    /// `text`'s tokens with their special flag and offsets, for TEI's
+    /// `POST /tokenize`; without the special tokens unless
+    /// `add_special_tokens`. `None` (the default): not supported. Runs on
+    /// tokio's blocking pool.
+    fn token_spans(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Option<Result<Vec<TokenSpan>, BackendError>> {
+        let _ = (text, add_special_tokens);
+        None
+    }
+
+    /// The text of token `ids` (word pieces joined), without the special
+    /// tokens when `skip_special_tokens`, for TEI's `POST /decode`. An id
+    /// outside the vocabulary is an error. `None` (the default): not
+    /// supported.
+    fn decode(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+    ) -> Option<Result<String, BackendError>> {
+        let _ = (ids, skip_special_tokens);
         None
     }
 

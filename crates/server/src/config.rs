@@ -167,6 +167,11 @@ pub struct ServerConfig {
     /// Write the input texts into the request log lines (off by default:
     /// texts may be private).
     pub log_inputs: bool,
+    /// TEI's `--auto-truncate`: on text-embeddings-inference's routes, cut
+    /// inputs longer than the model's `max_len` when a request does not say
+    /// `truncate` (off by default, as in TEI: such an input is answered
+    /// 413). bertflow's own routes always cut.
+    pub auto_truncate: bool,
 }
 
 impl ServerConfig {
