@@ -16,9 +16,9 @@ use serde_json::Value;
 use crate::access::Ctx;
 use crate::backend::ModelKind;
 use crate::error::ApiError;
-use crate::state::{check_count, check_text, from_object, kind_of, AppState, JsonObject};
+use crate::state::{check_count, check_text, from_object, kind_of, AppState};
 use crate::tei::{Truncation, TruncationDirection};
-use crate::tei_error::TeiError;
+use crate::tei_error::{TeiBody, TeiError};
 
 type Pair = (String, Option<String>);
 
@@ -48,7 +48,7 @@ pub(crate) struct Rank {
 pub(crate) async fn rerank(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
-    JsonObject(body): JsonObject,
+    TeiBody(body): TeiBody,
 ) -> Response {
     rerank_value(&state, &ctx, body).await.into_response()
 }
@@ -138,7 +138,7 @@ pub(crate) enum PredictResponse {
 pub(crate) async fn predict(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
-    JsonObject(body): JsonObject,
+    TeiBody(body): TeiBody,
 ) -> Result<Json<PredictResponse>, TeiError> {
     let request: PredictRequest = from_object(body)?;
     let (inputs, batch) = parse_predict_inputs(request.inputs)?;

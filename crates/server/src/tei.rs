@@ -18,8 +18,8 @@ use crate::backend::{Embedded, ModelKind};
 use crate::error::ApiError;
 use crate::index::cosine;
 use crate::inputs::{embed_pieces, finish_vector, keep_dimensions, parse_pieces, Piece};
-use crate::state::{check_count, check_text, from_object, kind_of, AppState, JsonObject};
-use crate::tei_error::TeiError;
+use crate::state::{check_count, check_text, from_object, kind_of, AppState};
+use crate::tei_error::{TeiBody, TeiError};
 
 pub(crate) type TeiResult<T> = Result<Json<T>, TeiError>;
 
@@ -121,7 +121,7 @@ fn yes() -> bool {
 pub(crate) async fn embed(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
-    JsonObject(body): JsonObject,
+    TeiBody(body): TeiBody,
 ) -> Response {
     embed_value(&state, &ctx, body).await.into_response()
 }
@@ -162,7 +162,7 @@ pub(crate) struct EmbedAllRequest {
 pub(crate) async fn embed_all(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
-    JsonObject(body): JsonObject,
+    TeiBody(body): TeiBody,
 ) -> TeiResult<Vec<Vec<Vec<f32>>>> {
     let request: EmbedAllRequest = from_object(body)?;
     require_embedding(&state)?;
@@ -367,7 +367,7 @@ struct DecodeRequest {
 /// answers one string per list.
 pub(crate) async fn decode(
     State(state): State<Arc<AppState>>,
-    JsonObject(body): JsonObject,
+    TeiBody(body): TeiBody,
 ) -> TeiResult<Vec<String>> {
     let request: DecodeRequest = from_object(body)?;
     let lists: Vec<Vec<u32>> = match request.ids {
@@ -437,11 +437,11 @@ fn decode_ids(items: &[Value], param: &str) -> Result<Vec<u32>, TeiError> {
 pub(crate) async fn root(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
-    body: Result<JsonObject, ApiError>,
+    body: Result<TeiBody, TeiError>,
 ) -> Response {
     let body = match body {
-        Ok(JsonObject(body)) => body,
-        Err(e) => return TeiError::from(e).into_response(),
+        Ok(TeiBody(body)) => body,
+        Err(e) => return e.into_response(),
     };
     match (body.get("inputs"), body.get("query"), body.get("texts")) {
         (Some(Value::String(_) | Value::Array(_)), _, _) => {

@@ -14,11 +14,27 @@
 //! 401 (API key), 404 and 405 are answered before a TEI handler runs and keep
 //! bertflow's shape.
 
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::error::ApiError;
+use crate::state::{AppState, JsonObject};
+
+/// The body as a JSON object, refused in TEI's shape (413, 400, 422).
+pub(crate) struct TeiBody(pub serde_json::Value);
+
+impl FromRequest<Arc<AppState>> for TeiBody {
+    type Rejection = TeiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, TeiError> {
+        let JsonObject(value) = JsonObject::from_request(req, state).await?;
+        Ok(TeiBody(value))
+    }
+}
 
 /// TEI's error classes (`ErrorType` in its OpenAPI document; its
 /// `Unhealthy` is never answered: `/health` keeps bertflow's shape).

@@ -317,3 +317,5 @@ pub fn floats(item: &Value) -> Vec<f32> {
         .map(|x| x.as_f64().expect("number") as f32)
         .collect()
 }
+
+pub mod tei;
