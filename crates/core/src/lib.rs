@@ -41,6 +41,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod report;
 pub mod st_pipeline;
+pub mod tokens;
 pub mod weighting;
 
 // Core is the only door: front ends (the CLI, the server, the Python
