@@ -149,6 +149,7 @@ done
 # TEI's /embed against /v1/embeddings, alternating on the same server.
 TEI_ROWS=""
 declare -A RPS_SUM=([embed]=0 [v1]=0)
+RATIOS=""  # per round: /embed requests/s over the /v1/embeddings run just before it
 if [ "$TEI_CLIENTS" -gt 0 ]; then
     for round in $(seq 1 "$TEI_ROUNDS"); do
         for route in v1 embed; do
@@ -158,6 +159,7 @@ if [ "$TEI_CLIENTS" -gt 0 ]; then
             echo "round=$round route=$path clients=$TEI_CLIENTS $line" >&2
             get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $line"; }
             RPS_SUM[$route]=$(awk -v a="${RPS_SUM[$route]}" -v b="$(get rps)" 'BEGIN { print a + b }')
+            if [ "$route" = v1 ]; then LAST_V1=$(get rps); else RATIOS+="$(awk -v e="$(get rps)" -v v="$LAST_V1" 'BEGIN { printf "%.3f", e / v }') "; fi
             TEI_ROWS+="| $round | POST $path | $(get requests) | $(get rps) | $(get p50_ms) | $(get p99_ms) | $(get non2xx) | $(get socket_errors) |"$'\n'
         done
     done
@@ -182,8 +184,9 @@ echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s' "$ROWS"
 if [ "$TEI_CLIENTS" -gt 0 ]; then
     RATIO=$(awk -v e="${RPS_SUM[embed]}" -v v="${RPS_SUM[v1]}" 'BEGIN { printf "%.3f", (v > 0 ? e / v : 0) }')
+    MEDIAN=$(tr ' ' '\n' <<<"$RATIOS" | grep . | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
     echo
-    echo "TEI's POST /embed against POST /v1/embeddings, $TEI_CLIENTS clients of one sentence each, alternating, ${DURATION} s per row; /embed requests/s over /v1/embeddings requests/s (sums over the rounds): $RATIO."
+    echo "TEI's POST /embed against POST /v1/embeddings, $TEI_CLIENTS clients of one sentence each, alternating, ${DURATION} s per row; /embed requests/s over /v1/embeddings requests/s: $RATIO over the sums of the rounds, $MEDIAN the median of the rounds' ratios (each /embed run over the /v1/embeddings run just before it: $RATIOS)."
     echo
     echo "| round | route | requests | requests/s | p50 ms | p99 ms | non-2xx | socket errors |"
     echo "|---:|---|---:|---:|---:|---:|---:|---:|"

@@ -248,12 +248,14 @@ def serve_samples():
     import urllib.error
     import urllib.request
 
-    args = ["serve", "--pooling", "last-avg", "--corpus", "corpus.txt"]
+    # --workers fixed: its default (the cores) would make /info differ between machines.
+    args = ["serve", "--pooling", "last-avg", "--corpus", "corpus.txt", "--workers", "2"]
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "corpus.txt").write_text("".join(c + "\n" for c in CORPUS))
         model = os.environ.get("BERTFLOW_MODEL") or str(ROOT / "models" / "all-MiniLM-L6-v2")
         p = subprocess.Popen([binary(), "--quiet", "serve", "--model", model, "--pooling",
-                              "last-avg", "--corpus", "corpus.txt", "--port", "0"],
+                              "last-avg", "--corpus", "corpus.txt", "--workers", "2",
+                              "--port", "0"],
                              cwd=tmp, stderr=subprocess.PIPE, text=True)
         try:
             url = None

@@ -22,8 +22,9 @@ use crate::tei_error::{TeiBody, TeiError};
 
 type Pair = (String, Option<String>);
 
-#[derive(Debug, Deserialize)]
-struct RerankRequest {
+/// TEI's `RerankRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct RerankRequest {
     query: String,
     texts: Vec<String>,
     #[serde(default)]
@@ -37,7 +38,7 @@ struct RerankRequest {
 }
 
 /// TEI's `Rank`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Rank {
     index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -45,6 +46,17 @@ pub(crate) struct Rank {
     score: f32,
 }
 
+/// sigmoid(logit) of each (query, text) pair (the logit with `raw_scores`), best first.
+#[utoipa::path(
+    post,
+    path = "/rerank",
+    request_body = RerankRequest,
+    responses(
+        (status = 200, description = "Ranks, best first", body = Vec<Rank>),
+        (status = "4XX", description = "TEI's errors; 424 when the model is not a reranker", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
 pub(crate) async fn rerank(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
@@ -109,8 +121,11 @@ pub(crate) async fn rerank_value(
     Ok(Json(ranks))
 }
 
-#[derive(Debug, Deserialize)]
-struct PredictRequest {
+/// TEI's `PredictRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct PredictRequest {
+    /// A string, a pair `[a, b]`, or a batch of `[a]` and `[a, b]`.
+    #[schema(value_type = Object)]
     inputs: Value,
     #[serde(default)]
     truncate: Option<bool>,
@@ -121,20 +136,31 @@ struct PredictRequest {
 }
 
 /// TEI's `Prediction`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Prediction {
     score: f32,
     label: String,
 }
 
 /// One input's predictions, or a batch's.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub(crate) enum PredictResponse {
     Single(Vec<Prediction>),
     Batch(Vec<Vec<Prediction>>),
 }
 
+/// Each input's labels with their probability (softmax; sigmoid for one label), best first.
+#[utoipa::path(
+    post,
+    path = "/predict",
+    request_body = PredictRequest,
+    responses(
+        (status = 200, description = "Predictions, best first", body = PredictResponse),
+        (status = "4XX", description = "TEI's errors; 424 when the model is not a classifier", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
 pub(crate) async fn predict(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,

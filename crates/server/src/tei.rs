@@ -25,7 +25,7 @@ pub(crate) type TeiResult<T> = Result<Json<T>, TeiError>;
 
 /// Where an input over the model's length is cut. bertflow cuts on the
 /// right; `Left` is accepted and refused (422) only when an input is cut.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 pub(crate) enum TruncationDirection {
     #[serde(alias = "left")]
     Left,
@@ -99,8 +99,11 @@ pub(crate) fn require_embedding(state: &AppState) -> Result<(), TeiError> {
 // ---------------------------------------------------------------------------
 // POST /embed
 
-#[derive(Debug, Deserialize)]
+/// TEI's `EmbedRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(crate) struct EmbedRequest {
+    /// A string, a list of strings, or token ids (`[101, ...]` or `[[101, ...], ...]`).
+    #[schema(value_type = Object)]
     inputs: Value,
     #[serde(default)]
     truncate: Option<bool>,
@@ -118,6 +121,17 @@ fn yes() -> bool {
     true
 }
 
+/// TEI's embeddings: one vector per input, unit length unless `normalize` is false.
+#[utoipa::path(
+    post,
+    path = "/embed",
+    request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "One vector per input ([[f32]])", body = Vec<Vec<f32>>),
+        (status = "4XX", description = "TEI's errors: 400 Empty, 413/422 Validation, 424 Backend, 429 Overloaded", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
 pub(crate) async fn embed(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
@@ -148,8 +162,11 @@ async fn embed_value(state: &Arc<AppState>, ctx: &Ctx, body: Value) -> TeiResult
 // ---------------------------------------------------------------------------
 // POST /embed_all
 
-#[derive(Debug, Deserialize)]
+/// TEI's `EmbedAllRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(crate) struct EmbedAllRequest {
+    /// A string or a list of strings.
+    #[schema(value_type = Object)]
     inputs: Value,
     #[serde(default)]
     truncate: Option<bool>,
@@ -159,6 +176,17 @@ pub(crate) struct EmbedAllRequest {
     prompt_name: Option<String>,
 }
 
+/// The last layer's vector of every token of each input ([[[f32]]]).
+#[utoipa::path(
+    post,
+    path = "/embed_all",
+    request_body = EmbedAllRequest,
+    responses(
+        (status = 200, description = "One tokens x hidden matrix per input", body = Vec<Vec<Vec<f32>>>),
+        (status = "4XX", description = "TEI's errors", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
 pub(crate) async fn embed_all(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
@@ -356,8 +384,11 @@ pub(crate) async fn tokenize(
     Ok(Json(out))
 }
 
-#[derive(Debug, Deserialize)]
-struct DecodeRequest {
+/// TEI's `DecodeRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct DecodeRequest {
+    /// Token ids, or a list of lists of token ids.
+    #[schema(value_type = Object)]
     ids: Value,
     #[serde(default = "yes")]
     skip_special_tokens: bool,
@@ -365,6 +396,16 @@ struct DecodeRequest {
 
 /// Token ids back to text: `ids` is one list of ids or a list of lists;
 /// answers one string per list.
+#[utoipa::path(
+    post,
+    path = "/decode",
+    request_body = DecodeRequest,
+    responses(
+        (status = 200, description = "One text per list of ids", body = Vec<String>),
+        (status = "4XX", description = "TEI's errors", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
 pub(crate) async fn decode(
     State(state): State<Arc<AppState>>,
     TeiBody(body): TeiBody,
@@ -434,6 +475,16 @@ fn decode_ids(items: &[Value], param: &str) -> Result<Vec<u32>, TeiError> {
 /// `InferenceClient(model=URL)` posts every task to the URL itself: string or
 /// list `inputs` embed, `inputs` with `source_sentence` is a similarity,
 /// `query` with `texts` a rerank.
+#[utoipa::path(
+    post,
+    path = "/",
+    request_body(content = Object, description = "TEI's /embed, /similarity (inputs with source_sentence) or /rerank (query and texts) request"),
+    responses(
+        (status = 200, description = "The answer of the route the body's shape selects"),
+        (status = "4XX", description = "TEI's errors", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
 pub(crate) async fn root(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
