@@ -278,8 +278,9 @@ def serve_samples():
                     answer = json.loads(e.read())
                 if route == "/info":
                     answer.pop("load", None)
-                if isinstance(answer, dict) and answer.get("model") == model:
-                    answer["model"] = "models/all-MiniLM-L6-v2"  # as run from the checkout
+                for key in ("model", "model_id"):  # as run from the checkout
+                    if isinstance(answer, dict) and answer.get(key) == model:
+                        answer[key] = "models/all-MiniLM-L6-v2"
                 what = f"POST {route} {json.dumps(body)}" if body is not None else f"GET {route}"
                 out += [what, json.dumps(rounded(answer)), ""]
         finally:
