@@ -2,7 +2,11 @@
 # Benchmark `bertflow serve` on loopback: requests/s and p50/p99 latency of
 # POST /v1/embeddings with one sentence per request, for 1, 8 and 64
 # concurrent clients (wrk, one keep-alive connection per client), plus the
-# offline `bertflow encode` throughput on the same machine for comparison.
+# offline `bertflow encode` throughput on the same machine for comparison;
+# then text-embeddings-inference's POST /embed against POST /v1/embeddings on
+# the same server in the same run (TEI_CLIENTS clients of one sentence each,
+# the two routes alternating TEI_ROUNDS times): both share the batcher, so
+# their throughput should agree within noise.
 #
 # Usage: scripts/bench_serve.sh [extra `bertflow serve` options...]
 #   e.g. scripts/bench_serve.sh --workers 1
@@ -11,6 +15,8 @@
 #   WARMUP    seconds of warm-up before the first level (default 5)
 #   CLIENTS   concurrency levels (default "1 8 64")
 #   BERTFLOW_MODEL  model (default models/all-MiniLM-L6-v2, see scripts/fetch_model.sh)
+#   TEI_CLIENTS  clients of the /embed vs /v1/embeddings comparison (default 64; 0 skips it)
+#   TEI_ROUNDS   alternations of the two routes (default 2)
 # Installs wrk with apt-get when it is missing. Run it on a quiet machine:
 # the load generator and the server share the cores.
 set -euo pipefail
@@ -19,6 +25,8 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-5}
 CLIENTS=${CLIENTS:-"1 8 64"}
+TEI_CLIENTS=${TEI_CLIENTS:-64}
+TEI_ROUNDS=${TEI_ROUNDS:-2}
 
 if ! command -v wrk >/dev/null; then
     echo "installing wrk..." >&2
@@ -83,6 +91,8 @@ done = function(summary, latency, requests)
 end
 EOF
 } >"$TMP/embed.lua"
+# The same requests in TEI's shape.
+sed 's/\[\[{"input": /[[{"inputs": /' "$TMP/embed.lua" >"$TMP/tei.lua"
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" >&2
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -136,6 +146,25 @@ for c in $CLIENTS; do
     ROWS+="| $c | $(get requests) | $(get rps) | $(get p50_ms) | $(get p90_ms) | $(get p99_ms) | $(get max_ms) | $per_batch | $(get non2xx) | $(get socket_errors) |"$'\n'
 done
 
+# TEI's /embed against /v1/embeddings, alternating on the same server.
+TEI_ROWS=""
+declare -A RPS_SUM=([embed]=0 [v1]=0)
+RATIOS=""  # per round: /embed requests/s over the /v1/embeddings run just before it
+if [ "$TEI_CLIENTS" -gt 0 ]; then
+    for round in $(seq 1 "$TEI_ROUNDS"); do
+        for route in v1 embed; do
+            if [ "$route" = v1 ]; then path=/v1/embeddings; lua=embed.lua; else path=/embed; lua=tei.lua; fi
+            out=$(wrk -t1 -c"$TEI_CLIENTS" -d"${DURATION}s" --timeout 30s -s "$TMP/$lua" "$ADDR$path")
+            line=$(grep '^BENCH' <<<"$out")
+            echo "round=$round route=$path clients=$TEI_CLIENTS $line" >&2
+            get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $line"; }
+            RPS_SUM[$route]=$(awk -v a="${RPS_SUM[$route]}" -v b="$(get rps)" 'BEGIN { print a + b }')
+            if [ "$route" = v1 ]; then LAST_V1=$(get rps); else RATIOS+="$(awk -v e="$(get rps)" -v v="$LAST_V1" 'BEGIN { printf "%.3f", e / v }') "; fi
+            TEI_ROWS+="| $round | POST $path | $(get requests) | $(get rps) | $(get p50_ms) | $(get p99_ms) | $(get non2xx) | $(get socket_errors) |"$'\n'
+        done
+    done
+fi
+
 kill -TERM "$SERVER_PID"
 STATUS=0
 if wait "$SERVER_PID"; then
@@ -153,4 +182,14 @@ echo
 echo "| clients | requests | requests/s | p50 ms | p90 ms | p99 ms | max ms | inputs/batch | non-2xx | socket errors |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s' "$ROWS"
+if [ "$TEI_CLIENTS" -gt 0 ]; then
+    RATIO=$(awk -v e="${RPS_SUM[embed]}" -v v="${RPS_SUM[v1]}" 'BEGIN { printf "%.3f", (v > 0 ? e / v : 0) }')
+    MEDIAN=$(tr ' ' '\n' <<<"$RATIOS" | grep . | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
+    echo
+    echo "TEI's POST /embed against POST /v1/embeddings, $TEI_CLIENTS clients of one sentence each, alternating, ${DURATION} s per row; /embed requests/s over /v1/embeddings requests/s: $RATIO over the sums of the rounds, $MEDIAN the median of the rounds' ratios (each /embed run over the /v1/embeddings run just before it: $RATIOS)."
+    echo
+    echo "| round | route | requests | requests/s | p50 ms | p99 ms | non-2xx | socket errors |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|"
+    printf '%s' "$TEI_ROWS"
+fi
 exit "$STATUS"

@@ -248,12 +248,14 @@ def serve_samples():
     import urllib.error
     import urllib.request
 
-    args = ["serve", "--pooling", "last-avg", "--corpus", "corpus.txt"]
+    # --workers fixed: its default (the cores) would make /info differ between machines.
+    args = ["serve", "--pooling", "last-avg", "--corpus", "corpus.txt", "--workers", "2"]
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "corpus.txt").write_text("".join(c + "\n" for c in CORPUS))
         model = os.environ.get("BERTFLOW_MODEL") or str(ROOT / "models" / "all-MiniLM-L6-v2")
         p = subprocess.Popen([binary(), "--quiet", "serve", "--model", model, "--pooling",
-                              "last-avg", "--corpus", "corpus.txt", "--port", "0"],
+                              "last-avg", "--corpus", "corpus.txt", "--workers", "2",
+                              "--port", "0"],
                              cwd=tmp, stderr=subprocess.PIPE, text=True)
         try:
             url = None
@@ -276,8 +278,9 @@ def serve_samples():
                     answer = json.loads(e.read())
                 if route == "/info":
                     answer.pop("load", None)
-                if isinstance(answer, dict) and answer.get("model") == model:
-                    answer["model"] = "models/all-MiniLM-L6-v2"  # as run from the checkout
+                for key in ("model", "model_id"):  # as run from the checkout
+                    if isinstance(answer, dict) and answer.get(key) == model:
+                        answer[key] = "models/all-MiniLM-L6-v2"
                 what = f"POST {route} {json.dumps(body)}" if body is not None else f"GET {route}"
                 out += [what, json.dumps(rounded(answer)), ""]
         finally:

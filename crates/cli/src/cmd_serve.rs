@@ -15,9 +15,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 const AFTER_HELP: &str =
-    "Endpoints: GET / (a playground page), POST /v1/embeddings (OpenAI shape), POST /similarity, \
+    "Endpoints: GET / (a playground page), POST /v1/embeddings (OpenAI shape), GET /v1/models, POST /similarity, \
 POST /search (needs --corpus or --index), POST /tokenize, GET /health, GET /info, GET /metrics (Prometheus text format), GET /openapi.json. \
-Vectors are not L2-normalised.
+Vectors are not L2-normalised (except on TEI's /embed, which normalises by default). \
+text-embeddings-inference's routes: POST /embed, /embed_all, /rerank, /predict, /decode, POST / (routed by the body), \
+and /similarity and /tokenize given \"inputs\"; its launcher flags --model-id, --hostname, --port, --api-key, \
+--max-batch-tokens, --max-client-batch-size and --auto-truncate are accepted (see docs/tei.md).
 
 Concurrent requests are packed into batches of at most --max-batch-size inputs and \
 --max-batch-tokens tokens; each of the --workers batch workers runs one batch at a time on one \
@@ -60,18 +63,24 @@ pub struct ServeArgs {
     /// Treat the --corpus file as JSONL whatever its extension.
     #[arg(long, requires = "corpus")]
     pub corpus_jsonl: bool,
+    /// text-embeddings-inference's name for --model (its command lines start bertflow as
+    /// they are): a model directory or a hub id in the local Hugging Face cache.
+    #[arg(long, value_name = "MODEL", conflicts_with = "model")]
+    pub model_id: Option<String>,
     /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface).
-    #[arg(long, default_value = "127.0.0.1")]
+    /// --hostname is TEI's name for it.
+    #[arg(long, visible_alias = "hostname", default_value = "127.0.0.1")]
     pub host: String,
     /// Port to listen on; 0 lets the operating system choose a free one (the address
     /// actually bound is printed to stderr).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
     /// Batch workers: threads that each run one batch at a time through the model on one
-    /// core. About one per core is right.
+    /// core. About one per core is right [default: the cores available to this process].
     #[arg(
         long,
-        default_value_t = 2,
+        default_value_t = bertflow_core::bench::cores(),
+        hide_default_value = true,
         value_name = "N",
         help_heading = "Server limits"
     )]
@@ -107,6 +116,12 @@ pub struct ServeArgs {
     /// private).
     #[arg(long, help_heading = "Security and logs")]
     pub log_inputs: bool,
+    /// On text-embeddings-inference's routes (/embed, /similarity with "inputs", /rerank,
+    /// ...), cut inputs longer than the model's maximum length when a request does not
+    /// say "truncate" (as TEI's --auto-truncate); without it such an input is answered
+    /// 413. bertflow's own routes always cut.
+    #[arg(long, help_heading = "Server limits")]
+    pub auto_truncate: bool,
 }
 
 /// An API key from the command line or the environment; `Debug` never shows it.
@@ -160,6 +175,7 @@ impl ServeArgs {
             search_index: None,
             api_keys,
             log_inputs: self.log_inputs,
+            auto_truncate: self.auto_truncate,
         }
     }
 }
@@ -175,6 +191,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     // The model runs on the batch workers, one core each, without the cache.
     let mut vectors = a.vectors.clone();
+    if let Some(model) = &a.model_id {
+        vectors.model.model = model.clone();
+    }
     vectors.model.threads = None;
     vectors.model.no_cache = true;
     if let Some(index) = &a.index {

@@ -46,6 +46,7 @@ pub mod quantize;
 pub mod report;
 pub mod rerank;
 pub mod st_pipeline;
+pub mod tokens;
 pub mod weighting;
 
 // Core is the only door: front ends (the CLI, the server, the Python

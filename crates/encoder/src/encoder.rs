@@ -560,3 +560,73 @@ fn fingerprint(files: &ModelFiles) -> Result<String> {
         .map(|b| format!("{b:02x}"))
         .collect())
 }
+
+// Token-id input and per-token states, for the server's text-embeddings-inference
+// routes (`/embed` with token ids, `/embed_all`).
+impl Encoder {
+    /// [`Encoder::encode_weighted`] of inputs given as token ids, used as they are
+    /// (no special tokens added, nothing cut): every input must hold 1 to
+    /// [`Encoder::max_len`] ids of the model's vocabulary (else an error).
+    pub fn encode_ids(
+        &self,
+        ids: &[Vec<u32>],
+        sources: &[PoolSource],
+        opts: &EncodeOptions,
+        weights: Option<&TokenWeights>,
+    ) -> Result<Encoded> {
+        for (i, v) in ids.iter().enumerate() {
+            if v.is_empty() || v.len() > self.max_len {
+                return Err(EncoderError::Unsupported(format!(
+                    "input {i} has {} token ids, outside 1..={}",
+                    v.len(),
+                    self.max_len
+                )));
+            }
+        }
+        let n = ids.len();
+        let tokens: Vec<usize> = ids.iter().map(Vec::len).collect();
+        // As `encode`: batches of one length, longest first, so nothing is padded.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(tokens[i]));
+        let bs = opts.batch_size.max(1);
+        let batches: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| tokens[a] == tokens[b])
+            .flat_map(|run| run.chunks(bs))
+            .collect();
+        self.encode_batches(
+            &batches,
+            ids,
+            sources,
+            opts,
+            weights,
+            &|_| {},
+            (tokens, vec![false; n]),
+        )
+    }
+
+    /// The last layer's hidden state of every token of `ids` (one forward pass):
+    /// `ids.len()` rows of [`Encoder::dim`] values. `ids` must hold 1 to
+    /// [`Encoder::max_len`] ids of the model's vocabulary.
+    pub fn token_states(&self, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
+        if ids.is_empty() || ids.len() > self.max_len {
+            return Err(EncoderError::Unsupported(format!(
+                "{} token ids, outside 1..={}",
+                ids.len(),
+                self.max_len
+            )));
+        }
+        let t = ids.len();
+        let last = self.num_layers();
+        let mut ws = Workspace::new();
+        self.model.forward_into(ids, &[t], t, last, &mut ws)?;
+        let h = self.dim();
+        let states = ws.states().get(last).ok_or_else(|| {
+            EncoderError::Unsupported(format!("no hidden state {last} after the forward pass"))
+        })?;
+        Ok(states
+            .chunks_exact(h)
+            .take(t)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+}

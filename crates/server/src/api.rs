@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -13,9 +14,11 @@ use crate::access::Ctx;
 use crate::config::Limits;
 use crate::error::ApiError;
 use crate::index::cosine;
+use crate::inputs::{embed_pieces, finish_vector, keep_dimensions, parse_pieces, Piece};
 use crate::metrics::Load;
 use crate::state::{
-    check_count, check_text, embed_texts, parse_input, ApiJson, AppResult, AppState, Input,
+    check_count, check_text, embed_texts, from_object, ApiJson, AppResult, AppState, Input,
+    JsonObject,
 };
 
 // ---------------------------------------------------------------------------
@@ -35,12 +38,18 @@ pub(crate) struct EmbeddingsRequest {
     /// A string or an array of strings.
     #[schema(value_type = Input)]
     input: Value,
+    /// Accepted and ignored: the answer names the served model.
     #[serde(default)]
+    #[allow(dead_code)]
     model: Option<String>,
     #[serde(default)]
     encoding_format: Option<EncodingFormat>,
     #[serde(default)]
     dimensions: Option<usize>,
+    /// bertflow extension: scale each vector (after the `dimensions` cut) to
+    /// unit length. Default false: the calibrated vectors as they are.
+    #[serde(default)]
+    normalize: bool,
     /// Accepted for OpenAI compatibility and ignored.
     #[serde(default)]
     #[allow(dead_code)]
@@ -95,21 +104,17 @@ pub(crate) async fn embeddings(
     Extension(ctx): Extension<Ctx>,
     ApiJson(request): ApiJson<EmbeddingsRequest>,
 ) -> AppResult<EmbeddingsResponse> {
-    let dimension = state.info.dimension;
-    let keep = match request.dimensions {
-        None => dimension,
-        Some(d) if (1..=dimension).contains(&d) => d,
-        Some(d) => {
-            return Err(ApiError::invalid(
-                Some("dimensions"),
-                format!("dimensions must be between 1 and {dimension}, got {d}"),
-            ))
-        }
-    };
-    let texts = parse_input(request.input, &state.config)?;
+    if state.info.kind != crate::backend::ModelKind::Embedding {
+        return Err(ApiError::NotSupported(
+            "this server serves a reranker, not an embedding model; use /rerank or /predict".into(),
+        ));
+    }
+    let keep = keep_dimensions(request.dimensions, state.info.dimension)?;
+    let pieces = parse_pieces(request.input, "input", &state)?;
+    let texts: Vec<&str> = pieces.iter().map(Piece::as_text).collect();
     ctx.record(&texts, state.config.log_inputs);
     let format = request.encoding_format.unwrap_or_default();
-    let embedded = embed_texts(&state, texts).await?;
+    let embedded = embed_pieces(&state, pieces).await?;
 
     let prompt_tokens = embedded.iter().map(|e| e.tokens).sum();
     let truncated = embedded
@@ -122,8 +127,7 @@ pub(crate) async fn embeddings(
         .into_iter()
         .enumerate()
         .map(|(index, e)| {
-            let mut vector = e.vector;
-            vector.truncate(keep);
+            let vector = finish_vector(e.vector, keep, request.normalize);
             let embedding = match format {
                 EncodingFormat::Float => EmbeddingValue::Float(vector),
                 EncodingFormat::Base64 => {
@@ -141,7 +145,8 @@ pub(crate) async fn embeddings(
     Ok(Json(EmbeddingsResponse {
         object: "list",
         data,
-        model: request.model.unwrap_or_else(|| state.info.model_id.clone()),
+        // The served model, whatever the request named.
+        model: state.info.model_id.clone(),
         usage: Usage {
             prompt_tokens,
             total_tokens: prompt_tokens,
@@ -191,7 +196,26 @@ pub(crate) struct SimilarityResponse {
 pub(crate) async fn similarity(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
-    ApiJson(request): ApiJson<SimilarityRequest>,
+    JsonObject(body): JsonObject,
+) -> Response {
+    // TEI's shape names its field `inputs`; bertflow's has `pairs` or `source`.
+    if body.get("inputs").is_some() {
+        return crate::tei::similarity(&state, &ctx, body)
+            .await
+            .into_response();
+    }
+    match from_object(body) {
+        Ok(request) => similarity_pairs(&state, &ctx, request)
+            .await
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn similarity_pairs(
+    state: &Arc<AppState>,
+    ctx: &Ctx,
+    request: SimilarityRequest,
 ) -> AppResult<SimilarityResponse> {
     // Flatten to a list of texts plus, for each score, the two text indices.
     let (texts, pairs): ScoringPlan = match (request.pairs, request.source, request.targets) {
@@ -249,7 +273,7 @@ pub(crate) async fn similarity(
         }
         slot.push(at);
     }
-    let embedded = embed_texts(&state, unique).await?;
+    let embedded = embed_texts(state, unique).await?;
     let scores = pairs
         .into_iter()
         .map(|(a, b)| cosine(&embedded[slot[a]].vector, &embedded[slot[b]].vector))
@@ -294,6 +318,131 @@ pub(crate) struct InfoResponse {
     /// (env, cache, measured, rule), e.g. `fp32 avx512pair (cache), int8
     /// avx512vnni (cache)`; null before a model is loaded.
     kernels: Option<String>,
+    /// text-embeddings-inference's fields, beside bertflow's.
+    #[serde(flatten)]
+    tei: TeiInfo,
+}
+
+/// The fields of TEI's `Info` (its OpenAPI document), as this server fills them.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct TeiInfo {
+    /// The served model (the same as `model`).
+    model_id: String,
+    /// Always null: bertflow does not track a Hub revision.
+    model_sha: Option<String>,
+    /// `float32`: the encoder computes in f32 (int8 kernels keep f32 outputs).
+    model_dtype: &'static str,
+    /// `{"embedding": {"pooling": ...}}` or `{"reranker": {"id2label", "label2id"}}`.
+    #[schema(value_type = Object)]
+    model_type: Value,
+    /// `max_connections`.
+    max_concurrent_requests: usize,
+    /// `max_len`: the most tokens of one input, special tokens included.
+    max_input_length: usize,
+    max_batch_tokens: usize,
+    /// `max_batch_size`.
+    max_batch_requests: Option<usize>,
+    /// `max_inputs_per_request`.
+    max_client_batch_size: usize,
+    /// Whether TEI's routes cut long inputs when a request does not say.
+    auto_truncate: bool,
+    /// Batch workers.
+    tokenization_workers: usize,
+    /// bertflow's version.
+    version: &'static str,
+    sha: Option<&'static str>,
+    docker_label: Option<&'static str>,
+}
+
+fn tei_info(state: &AppState) -> TeiInfo {
+    let info = &state.info;
+    let limits = &state.config.limits;
+    let model_type = match info.kind {
+        crate::backend::ModelKind::Embedding => {
+            serde_json::json!({"embedding": {"pooling": info.pooling}})
+        }
+        crate::backend::ModelKind::Reranker => {
+            let id2label: serde_json::Map<String, Value> = info
+                .labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i.to_string(), Value::from(l.clone())))
+                .collect();
+            let label2id: serde_json::Map<String, Value> = info
+                .labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (l.clone(), Value::from(i)))
+                .collect();
+            let classifier = serde_json::json!({"id2label": id2label, "label2id": label2id});
+            if info.labels.len() == 1 {
+                serde_json::json!({ "reranker": classifier })
+            } else {
+                serde_json::json!({ "classifier": classifier })
+            }
+        }
+    };
+    TeiInfo {
+        model_id: info.model_id.clone(),
+        model_sha: None,
+        model_dtype: "float32",
+        model_type,
+        max_concurrent_requests: limits.max_connections,
+        max_input_length: info.max_len,
+        max_batch_tokens: limits.max_batch_tokens,
+        max_batch_requests: Some(limits.max_batch_size),
+        max_client_batch_size: limits.max_inputs_per_request,
+        auto_truncate: state.config.auto_truncate,
+        tokenization_workers: limits.workers,
+        version: env!("CARGO_PKG_VERSION"),
+        sha: None,
+        docker_label: None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// GET /v1/models
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ModelsResponse {
+    /// Always `list`.
+    object: &'static str,
+    data: Vec<ModelEntry>,
+}
+
+/// OpenAI's `Model` object.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ModelEntry {
+    /// The served model's id.
+    id: String,
+    /// Always `model`.
+    object: &'static str,
+    /// Unix time the server started.
+    created: u64,
+    /// Always `bertflow`.
+    owned_by: &'static str,
+}
+
+/// The served model, in OpenAI's list shape (for `client.models.list()`).
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    responses(
+        (status = 200, description = "The one model this server serves", body = ModelsResponse),
+        (status = 401, description = "Missing or wrong API key", body = crate::error::ErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Json<ModelsResponse> {
+    Json(ModelsResponse {
+        object: "list",
+        data: vec![ModelEntry {
+            id: state.info.model_id.clone(),
+            object: "model",
+            created: state.started_unix,
+            owned_by: "bertflow",
+        }],
+    })
 }
 
 /// Model, limits, corpus size and current load.
@@ -320,5 +469,6 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Json<InfoRespons
         search_method: state.index.as_ref().map(|i| i.method()),
         load: state.batcher.load(),
         kernels: bertflow_core::encoder::tuning::current().map(|k| k.describe()),
+        tei: tei_info(&state),
     })
 }

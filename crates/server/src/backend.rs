@@ -3,6 +3,16 @@
 
 use serde::Serialize;
 
+/// Which kind of model the backend serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// A sentence-embedding model: `/v1/embeddings`, `/embed`, `/similarity`, ...
+    Embedding,
+    /// A sequence-classification head (cross-encoder): `/rerank`, `/predict`.
+    Reranker,
+}
+
 /// Static description of the model behind a backend, reported by `GET /info`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BackendInfo {
@@ -19,6 +29,10 @@ pub struct BackendInfo {
     /// Maximum sequence length in tokens, special tokens included; longer
     /// inputs are truncated by the backend. Must be at least 1.
     pub max_len: usize,
+    /// Which kind of model this is.
+    pub kind: ModelKind,
+    /// Classifier labels in logit order (`id2label`), empty for an embedding model.
+    pub labels: Vec<String>,
 }
 
 /// One embedded input, as returned by [`EmbedBackend::embed`].
@@ -43,6 +57,22 @@ pub struct Tokenized {
     pub tokens: Vec<String>,
     /// Whether the input was cut at the model's maximum length.
     pub truncated: bool,
+}
+
+/// One token of an input with its place in the text, for TEI's `POST /tokenize`
+/// (returned by [`EmbedBackend::token_spans`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSpan {
+    /// Token id.
+    pub id: u32,
+    /// The token string (e.g. `play`, `##ing`, `[CLS]`).
+    pub text: String,
+    /// Whether it is a special token (`[CLS]`, `[SEP]`, ...).
+    pub special: bool,
+    /// Byte offsets `start..stop` of the token in the input text, when known.
+    pub start: Option<usize>,
+    /// End of the byte range (exclusive), when known.
+    pub stop: Option<usize>,
 }
 
 /// Failure of the backend; reported to clients as HTTP 500.
@@ -88,6 +118,62 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// blocking pool.
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         let _ = text;
+        None
+    }
+
+    /// Embed inputs given as the model's own token ids, used as they are (no
+    /// special tokens added; the server has checked that each has 1 to
+    /// `max_len` ids). One [`Embedded`] per input, in order. `None` (the
+    /// default): this backend takes text only. Runs on tokio's blocking pool.
+    fn embed_ids(&self, ids: &[Vec<u32>]) -> Option<Result<Vec<Embedded>, BackendError>> {
+        let _ = ids;
+        None
+    }
+
+    /// The last layer's vector of every token the model sees (special tokens
+    /// included, after truncation at `max_len`), for TEI's `POST /embed_all`:
+    /// one `tokens x hidden` matrix per input. `None` (the default): not
+    /// supported. Runs on tokio's blocking pool.
+    fn embed_all(&self, texts: &[String]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+        let _ = texts;
+        None
+    }
+
+    /// `text`'s tokens with their special flag and offsets, for TEI's
+    /// `POST /tokenize`; without the special tokens unless
+    /// `add_special_tokens`. `None` (the default): not supported. Runs on
+    /// tokio's blocking pool.
+    fn token_spans(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Option<Result<Vec<TokenSpan>, BackendError>> {
+        let _ = (text, add_special_tokens);
+        None
+    }
+
+    /// The text of token `ids` (word pieces joined), without the special
+    /// tokens when `skip_special_tokens`, for TEI's `POST /decode`. An id
+    /// outside the vocabulary is an error. `None` (the default): not
+    /// supported.
+    fn decode(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+    ) -> Option<Result<String, BackendError>> {
+        let _ = (ids, skip_special_tokens);
+        None
+    }
+
+    /// Raw classifier logits for each (text, text_pair) input, one Vec per input (len = labels),
+    /// truncated at max_len when `truncate`, else an input over max_len is an error.
+    /// None: this backend is not a reranker.
+    fn predict(
+        &self,
+        inputs: &[(String, Option<String>)],
+        truncate: bool,
+    ) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
+        let _ = (inputs, truncate);
         None
     }
 }

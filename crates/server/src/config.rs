@@ -20,7 +20,7 @@ const MAX_CONNECTIONS: usize = 1 << 20;
 pub struct Limits {
     /// Most inputs in one request (the `input` array, both texts of every /similarity
     /// pair, /search `queries`). More: 413 too_many_inputs.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_inputs_per_request, value_name = "N", help_heading = "Server limits"))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "max-client-batch-size", default_value_t = Limits::default().max_inputs_per_request, value_name = "N", help_heading = "Server limits"))]
     pub max_inputs_per_request: usize,
     /// Most characters in one input text. More: 422 input_too_long. (Inputs longer than
     /// --max-len tokens are not refused but truncated, and reported in `truncated`.)
@@ -47,7 +47,7 @@ pub struct Limits {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_batch_size, value_name = "N", help_heading = "Server limits"))]
     pub max_batch_size: usize,
     /// Worker threads calling the backend, each running one batch at a time
-    /// (the command line's `--workers`, default 2, is its own option, listed
+    /// (the command line's `--workers`, default the cores available, is its own option, listed
     /// first).
     #[cfg_attr(feature = "clap", arg(skip = 1usize))]
     pub workers: usize,
@@ -167,6 +167,11 @@ pub struct ServerConfig {
     /// Write the input texts into the request log lines (off by default:
     /// texts may be private).
     pub log_inputs: bool,
+    /// TEI's `--auto-truncate`: on text-embeddings-inference's routes, cut
+    /// inputs longer than the model's `max_len` when a request does not say
+    /// `truncate` (off by default, as in TEI: such an input is answered
+    /// 413). bertflow's own routes always cut.
+    pub auto_truncate: bool,
 }
 
 impl ServerConfig {

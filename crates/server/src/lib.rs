@@ -129,14 +129,18 @@ mod config;
 mod conn;
 mod error;
 mod index;
+mod inputs;
 mod logging;
 mod metrics;
 #[cfg(feature = "model")]
 pub mod model;
 mod openapi;
+mod rerank;
 mod routes;
 mod search;
 mod state;
+mod tei;
+mod tei_error;
 mod tools;
 
 use std::future::Future;
@@ -145,7 +149,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
-pub use backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
+pub use backend::{
+    BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, TokenSpan, Tokenized,
+};
 pub use config::{Limits, ServerConfig};
 pub use error::{ApiError, ServerError};
 pub use index::{Hit, SearchIndex, SharedIndex};
@@ -290,6 +296,9 @@ async fn start(
         index,
         metrics,
         request_ids: state::RequestIds::default(),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     }))
 }
 

@@ -7,11 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use bertflow_core::encoder::EncodeOptions;
+use bertflow_core::encoder::{EncodeOptions, PoolSource};
 use bertflow_core::index::{Ann, Identity, Index};
 use bertflow_core::Pipeline;
 
-use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Tokenized};
+use crate::backend::{
+    BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, TokenSpan, Tokenized,
+};
 use crate::index::{Hit, SearchIndex};
 
 /// A [`Pipeline`] (model, pooling, token weights, calibrator) as the server's backend.
@@ -20,6 +22,8 @@ pub struct ModelBackend {
     opts: EncodeOptions,
     info: BackendInfo,
     identity: Identity,
+    /// The pooling as the encoder runs it, for token-id inputs; built on first use.
+    ids_source: OnceLock<Result<PoolSource, String>>,
 }
 
 impl ModelBackend {
@@ -37,6 +41,8 @@ impl ModelBackend {
             calibrator: info.calibrator,
             dimension: info.dimension,
             max_len: info.max_len,
+            kind: ModelKind::Embedding,
+            labels: Vec::new(),
         };
         let opts = EncodeOptions {
             batch_size: batch_size.max(1),
@@ -47,6 +53,7 @@ impl ModelBackend {
             opts,
             info,
             identity,
+            ids_source: OnceLock::new(),
         })
     }
 
@@ -101,18 +108,138 @@ impl EmbedBackend for ModelBackend {
             .pipeline
             .embed_batch(texts, &self.opts)
             .map_err(|e| BackendError::new(format!("encoding failed: {e}")))?;
+        self.calibrated(out, texts.len())
+    }
+
+    fn embed_ids(&self, ids: &[Vec<u32>]) -> Option<Result<Vec<Embedded>, BackendError>> {
+        let source = self
+            .ids_source
+            .get_or_init(|| self.pipeline.ids_source().map_err(|e| e.chain()));
+        Some(match source {
+            Ok(source) => self
+                .pipeline
+                .embed_ids(source, ids, &self.opts)
+                .map_err(|e| BackendError::new(format!("encoding failed: {}", e.chain())))
+                .and_then(|out| self.calibrated(out, ids.len())),
+            Err(e) => Err(BackendError::new(e.clone())),
+        })
+    }
+
+    fn embed_all(&self, texts: &[String]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+        Some(
+            texts
+                .iter()
+                .map(|t| {
+                    self.pipeline
+                        .token_states(t)
+                        .map(|(states, _)| states)
+                        .map_err(|e| BackendError::new(format!("encoding failed: {}", e.chain())))
+                })
+                .collect(),
+        )
+    }
+
+    fn token_spans(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Option<Result<Vec<TokenSpan>, BackendError>> {
+        let tokenizer = self.pipeline.encoder().tokenizer();
+        let spans = self
+            .pipeline
+            .tokenize(text)
+            .map_err(|e| BackendError::new(format!("tokenisation failed: {}", e.chain())))
+            .and_then(|(ids, _)| {
+                ids.into_iter()
+                    .map(|id| {
+                        let text = tokenizer.id_to_token(id).ok_or_else(|| {
+                            BackendError::new(format!("token id {id} is not in the vocabulary"))
+                        })?;
+                        Ok(TokenSpan {
+                            id,
+                            text,
+                            special: tokenizer.is_special_id(id),
+                            start: None,
+                            stop: None,
+                        })
+                    })
+                    .filter(|s| add_special_tokens || s.as_ref().map_or(true, |s| !s.special))
+                    .collect()
+            });
+        Some(spans)
+    }
+
+    fn decode(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+    ) -> Option<Result<String, BackendError>> {
+        let tokenizer = self.pipeline.encoder().tokenizer();
+        let mut pieces = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if skip_special_tokens && tokenizer.is_special_id(id) {
+                continue;
+            }
+            match tokenizer.id_to_token(id) {
+                Some(token) => pieces.push(token),
+                None => {
+                    return Some(Err(BackendError::new(format!(
+                        "token id {id} is not in the vocabulary"
+                    ))))
+                }
+            }
+        }
+        Some(Ok(join_pieces(&pieces)))
+    }
+}
+
+/// Word pieces back to text: WordPiece's `##` continues a word; where pieces
+/// mark word starts instead (`Ġ` byte-level BPE, `▁` SentencePiece), an
+/// unmarked piece continues one.
+fn join_pieces(pieces: &[String]) -> String {
+    let marks_starts = pieces
+        .iter()
+        .any(|p| p.starts_with('\u{120}') || p.starts_with('\u{2581}'));
+    let mut out = String::new();
+    for piece in pieces {
+        let (text, starts_word) = if let Some(rest) = piece.strip_prefix("##") {
+            (rest, false)
+        } else if let Some(rest) = piece
+            .strip_prefix('\u{120}')
+            .or_else(|| piece.strip_prefix('\u{2581}'))
+        {
+            (rest, true)
+        } else {
+            (piece.as_str(), !marks_starts)
+        };
+        if starts_word && !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(text);
+    }
+    out
+}
+
+impl ModelBackend {
+    /// Calibrated rows of `out` as [`Embedded`], checked to be `count`.
+    fn calibrated(
+        &self,
+        out: bertflow_core::pipeline::Batch,
+        count: usize,
+    ) -> Result<Vec<Embedded>, BackendError> {
+        let texts_len = count;
         let vectors = self
             .pipeline
             .calibrate(out.vectors)
             .map_err(|e| BackendError::new(format!("calibrator failed: {}", e.chain())))?;
-        if vectors.nrows() != texts.len()
-            || out.tokens.len() != texts.len()
-            || out.truncated.len() != texts.len()
+        if vectors.nrows() != texts_len
+            || out.tokens.len() != texts_len
+            || out.truncated.len() != texts_len
         {
             return Err(BackendError::new(format!(
                 "the encoder returned {} rows for {} inputs",
                 vectors.nrows(),
-                texts.len()
+                texts_len
             )));
         }
         Ok(vectors

@@ -9,14 +9,16 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::{api, search, tools};
+use crate::{api, rerank, search, tei, tools};
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "bertflow-server",
         description = "Calibrated BERT sentence embeddings: OpenAI-compatible /v1/embeddings, \
-similarity, search, tokenisation and metrics. When the server is started with API keys, every \
+similarity, search, tokenisation and metrics, and text-embeddings-inference's API (/embed, \
+/embed_all, /rerank, /predict, /decode, POST /; /similarity and /tokenize given `inputs` take \
+TEI's shapes {\"inputs\": {\"source_sentence\", \"sentences\"}} and {\"inputs\", \"add_special_tokens\"}). When the server is started with API keys, every \
 route but /health and the playground page / requires 'Authorization: Bearer KEY'."
     ),
     paths(
@@ -29,6 +31,13 @@ route but /health and the playground page / requires 'Authorization: Bearer KEY'
         api::info,
         tools::metrics,
         openapi_json,
+        api::models,
+        tei::embed,
+        tei::embed_all,
+        tei::decode,
+        tei::root,
+        rerank::rerank,
+        rerank::predict,
     ),
     modifiers(&BearerKey)
 )]

@@ -9,7 +9,7 @@ use axum::Router;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{access, api, openapi, search, tools};
+use crate::{access, api, openapi, rerank, search, tei, tools};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.config.limits.max_body_bytes;
@@ -17,7 +17,13 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(api::embeddings))
         .route("/similarity", post(api::similarity))
         .route("/search", post(search::search))
-        .route("/", get(tools::playground))
+        .route("/", get(tools::playground).post(tei::root))
+        .route("/embed", post(tei::embed))
+        .route("/embed_all", post(tei::embed_all))
+        .route("/decode", post(tei::decode))
+        .route("/rerank", post(rerank::rerank))
+        .route("/predict", post(rerank::predict))
+        .route("/v1/models", get(api::models))
         .route("/health", get(api::health))
         .route("/info", get(api::info))
         .route("/tokenize", post(tools::tokenize))

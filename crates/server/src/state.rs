@@ -28,6 +28,8 @@ pub(crate) struct AppState {
     pub index: Option<Arc<dyn SearchIndex>>,
     pub metrics: Arc<Metrics>,
     pub request_ids: RequestIds,
+    /// Unix time the server started (`GET /v1/models`' `created`).
+    pub started_unix: u64,
 }
 
 pub(crate) type AppResult<T> = Result<Json<T>, ApiError>;
@@ -53,6 +55,20 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let JsonObject(value) = JsonObject::from_request(req, state).await?;
+        from_object(value).map(ApiJson)
+    }
+}
+
+/// The body as a JSON object (413 over the limit, 400 malformed, 422 not an
+/// object): for routes that look at the body's shape before choosing a
+/// request type (TEI's shapes beside bertflow's own).
+pub(crate) struct JsonObject(pub Value);
+
+impl FromRequest<Arc<AppState>> for JsonObject {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::BodyTooLarge {
@@ -70,10 +86,13 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
                 "the request body must be a JSON object",
             ));
         }
-        serde_json::from_value(value)
-            .map(ApiJson)
-            .map_err(|e| ApiError::invalid(None, e.to_string()))
+        Ok(JsonObject(value))
     }
+}
+
+/// A JSON object as a request type; 422 for missing, unknown or mistyped fields.
+pub(crate) fn from_object<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| ApiError::invalid(None, e.to_string()))
 }
 
 // ---------------------------------------------------------------------------
@@ -149,7 +168,7 @@ pub(crate) fn parse_input(input: Value, config: &ServerConfig) -> Result<Vec<Str
     }
 }
 
-fn kind_of(value: &Value) -> &'static str {
+pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

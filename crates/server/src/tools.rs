@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::access::Ctx;
 use crate::error::ApiError;
-use crate::state::{parse_input, ApiJson, AppState};
+use crate::state::{from_object, parse_input, AppState, JsonObject};
 
 // ---------------------------------------------------------------------------
 // POST /tokenize
@@ -63,7 +63,24 @@ pub(crate) struct TokenizeResponse {
 pub(crate) async fn tokenize(
     State(state): State<Arc<AppState>>,
     Extension(ctx): Extension<Ctx>,
-    ApiJson(request): ApiJson<TokenizeRequest>,
+    JsonObject(body): JsonObject,
+) -> Response {
+    // TEI's shape names its field `inputs`; bertflow's `input`.
+    if body.get("inputs").is_some() {
+        return crate::tei::tokenize(&state, &ctx, body)
+            .await
+            .into_response();
+    }
+    match from_object(body) {
+        Ok(request) => tokenize_input(state, ctx, request).await.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn tokenize_input(
+    state: Arc<AppState>,
+    ctx: Ctx,
+    request: TokenizeRequest,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let texts = parse_input(request.input, &state.config)?;
     ctx.record(&texts, state.config.log_inputs);

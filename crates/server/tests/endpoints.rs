@@ -46,7 +46,7 @@ async fn embeddings_string_input() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embeddings_array_input_echoes_model_and_keeps_order() {
+async fn embeddings_array_input_names_the_served_model_and_keeps_order() {
     let s = server().await;
     let texts = ["first", "the second one", "third text here now"];
     let (status, body) = s
@@ -56,7 +56,7 @@ async fn embeddings_array_input_echoes_model_and_keeps_order() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["model"], "my-model");
+    assert_eq!(body["model"], "fake-bert");
     let data = body["data"].as_array().unwrap();
     assert_eq!(data.len(), 3);
     for (i, text) in texts.iter().enumerate() {
@@ -390,7 +390,7 @@ async fn invalid_fields_are_422() {
         ("/v1/embeddings", json!({"input": 5}), "invalid_field"),
         (
             "/v1/embeddings",
-            json!({"input": [1, 2, 3]}),
+            json!({"input": [1, -2, 3]}),
             "invalid_field",
         ),
         (

@@ -231,7 +231,25 @@ impl Server {
     /// Start `bertflow serve --port 0` with `extra` options and wait until it
     /// answers /health.
     pub fn start(extra: &[&str]) -> Server {
-        let mut child = spawn_serve(extra);
+        Server::start_child(spawn_serve(extra))
+    }
+
+    /// Start `bertflow serve` with exactly `args` (no --model, --host or
+    /// --port added): the command lines of other servers' documentation.
+    pub fn start_raw(args: &[&str]) -> Server {
+        let child = Command::new(BIN)
+            .env("BERTFLOW_TUNE", "0")
+            .arg("serve")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start bertflow serve");
+        Server::start_child(child)
+    }
+
+    fn start_child(mut child: Child) -> Server {
         let stderr = child.stderr.take().expect("piped stderr");
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
@@ -396,7 +414,7 @@ pub struct Reply {
     pub body: Value,
 }
 
-async fn reply_of(result: reqwest::Result<reqwest::Response>) -> Reply {
+pub async fn reply_of(result: reqwest::Result<reqwest::Response>) -> Reply {
     let response = result.expect("the request failed at the HTTP level");
     let status = response.status();
     let retry_after = response

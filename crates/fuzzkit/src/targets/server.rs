@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use bertflow_server::{
-    App, BackendError, BackendInfo, EmbedBackend, Embedded, ServerConfig, Tokenized,
+    App, BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, ServerConfig, Tokenized,
 };
 use tower::ServiceExt;
 
@@ -42,6 +42,8 @@ impl EmbedBackend for Hashed {
             calibrator: None,
             dimension: DIM,
             max_len: MAX_LEN,
+            kind: ModelKind::Embedding,
+            labels: Vec::new(),
         }
     }
 

@@ -7,7 +7,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bertflow_server::{
-    serve, BackendError, BackendInfo, EmbedBackend, Embedded, ServerConfig, ServerError, Tokenized,
+    serve, BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, ServerConfig, ServerError,
+    Tokenized,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -113,6 +114,8 @@ impl EmbedBackend for Fake {
             calibrator: Some("flow(test)".into()),
             dimension: DIM,
             max_len: self.max_len,
+            kind: ModelKind::Embedding,
+            labels: Vec::new(),
         }
     }
 
@@ -185,6 +188,8 @@ impl EmbedBackend for NoTokens {
             calibrator: None,
             dimension: DIM,
             max_len: 16,
+            kind: ModelKind::Embedding,
+            labels: Vec::new(),
         }
     }
 
@@ -312,3 +317,5 @@ pub fn floats(item: &Value) -> Vec<f32> {
         .map(|x| x.as_f64().expect("number") as f32)
         .collect()
 }
+
+pub mod tei;

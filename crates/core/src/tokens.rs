@@ -1,0 +1,55 @@
+//! Token-level access to a [`Pipeline`], for the server's
+//! text-embeddings-inference routes: embedding inputs given as the model's own
+//! token ids (`POST /embed` with `[[101, ...]]`), and the last layer's vector
+//! of every token (`POST /embed_all`).
+
+use bertflow_encoder::{EncodeOptions, PoolSource};
+
+use crate::error::Result;
+use crate::pipeline::{Batch, Pipeline};
+
+impl Pipeline {
+    /// The pooling as the encoder runs it, for [`Pipeline::embed_ids`]; an
+    /// `st` pooling reads its directory, so build it once and keep it.
+    pub fn ids_source(&self) -> Result<PoolSource> {
+        crate::st_pipeline::source(self.encoder(), self.pooling())
+    }
+
+    /// The raw (uncalibrated) embeddings of inputs given as token ids, used as
+    /// they are (no special tokens added, nothing cut; each input must hold 1
+    /// to `max_len` ids of the vocabulary), pooled and weighted as
+    /// [`Pipeline::embed_batch`] pools and weights text. `source` is
+    /// [`Pipeline::ids_source`]. Calibrate with [`Pipeline::calibrate`].
+    pub fn embed_ids(
+        &self,
+        source: &PoolSource,
+        ids: &[Vec<u32>],
+        opts: &EncodeOptions,
+    ) -> Result<Batch> {
+        if !self.weights_ready() {
+            return Err(crate::CoreError::Input(
+                "the token weighting needs word-piece frequencies first".into(),
+            ));
+        }
+        let out =
+            self.encoder()
+                .encode_ids(ids, std::slice::from_ref(source), opts, self.weights())?;
+        let vectors =
+            out.embeddings.into_iter().next().ok_or_else(|| {
+                crate::CoreError::Input("the encoder returned no embeddings".into())
+            })?;
+        Ok(Batch {
+            vectors,
+            tokens: out.tokens,
+            truncated: out.truncated,
+        })
+    }
+
+    /// The last layer's vector of every token of `text` as this pipeline
+    /// tokenises it (special tokens included, cut at `max_len`), and whether
+    /// it was cut.
+    pub fn token_states(&self, text: &str) -> Result<(Vec<Vec<f32>>, bool)> {
+        let (ids, cut) = self.tokenize(text)?;
+        Ok((self.encoder().token_states(&ids)?, cut))
+    }
+}

@@ -1,0 +1,513 @@
+//! text-embeddings-inference's embedding routes, in TEI's request and
+//! response shapes (its OpenAPI document, version 1.9): `POST /embed`,
+//! `/embed_all`, `/similarity` and `/tokenize` given `inputs`, `/decode`, and
+//! `POST /` routed by the body's shape as `InferenceClient(model=URL)` sends
+//! it. Errors in TEI's shape ([`TeiError`]). `/rerank` and `/predict` are in
+//! `rerank`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::access::Ctx;
+use crate::backend::{Embedded, ModelKind};
+use crate::error::ApiError;
+use crate::index::cosine;
+use crate::inputs::{embed_pieces, finish_vector, keep_dimensions, parse_pieces, Piece};
+use crate::state::{check_count, check_text, from_object, kind_of, AppState};
+use crate::tei_error::{TeiBody, TeiError};
+
+pub(crate) type TeiResult<T> = Result<Json<T>, TeiError>;
+
+/// Where an input over the model's length is cut. bertflow cuts on the
+/// right; `Left` is accepted and refused (422) only when an input is cut.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+pub(crate) enum TruncationDirection {
+    #[serde(alias = "left")]
+    Left,
+    #[default]
+    #[serde(alias = "right")]
+    Right,
+}
+
+/// The truncation options shared by TEI's requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Truncation {
+    pub truncate: bool,
+    pub direction: TruncationDirection,
+}
+
+impl Truncation {
+    pub(crate) fn of(
+        state: &AppState,
+        truncate: Option<bool>,
+        direction: TruncationDirection,
+    ) -> Self {
+        Self {
+            truncate: truncate.unwrap_or(state.config.auto_truncate),
+            direction,
+        }
+    }
+
+    /// TEI's answers for inputs the model cut: 413 without `truncate`, 422
+    /// when they asked to cut on the left.
+    pub(crate) fn check(&self, embedded: &[Embedded], max_len: usize) -> Result<(), TeiError> {
+        let Some(i) = embedded.iter().position(|e| e.truncated) else {
+            return Ok(());
+        };
+        if !self.truncate {
+            return Err(TeiError::too_large(format!(
+                "input {i} is longer than the model's maximum of {max_len} tokens; \
+                 send \"truncate\": true (or start the server with --auto-truncate)"
+            )));
+        }
+        if self.direction == TruncationDirection::Left {
+            return Err(TeiError::unprocessable(format!(
+                "input {i} is longer than {max_len} tokens and bertflow cuts inputs on the right; \
+                 truncation_direction \"Left\" is not supported"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// 422 for any `prompt_name`: bertflow's models define no prompts.
+pub(crate) fn check_prompt(prompt_name: Option<&str>) -> Result<(), TeiError> {
+    match prompt_name {
+        None => Ok(()),
+        Some(name) => Err(TeiError::unprocessable(format!(
+            "prompt_name {name:?}: this model defines no prompts; prepend the prompt's text to \
+             the input instead"
+        ))),
+    }
+}
+
+/// 424 unless the model embeds (TEI's answer to a reranker asked to embed).
+pub(crate) fn require_embedding(state: &AppState) -> Result<(), TeiError> {
+    match state.info.kind {
+        ModelKind::Embedding => Ok(()),
+        ModelKind::Reranker => Err(TeiError::backend(
+            "model is not an embedding model: this server serves a reranker; use /rerank or /predict",
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// POST /embed
+
+/// TEI's `EmbedRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct EmbedRequest {
+    /// A string, a list of strings, or token ids (`[101, ...]` or `[[101, ...], ...]`).
+    #[schema(value_type = Object)]
+    inputs: Value,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: TruncationDirection,
+    #[serde(default)]
+    prompt_name: Option<String>,
+    #[serde(default = "yes")]
+    normalize: bool,
+    #[serde(default)]
+    dimensions: Option<usize>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// TEI's embeddings: one vector per input, unit length unless `normalize` is false.
+#[utoipa::path(
+    post,
+    path = "/embed",
+    request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "One vector per input ([[f32]])", body = Vec<Vec<f32>>),
+        (status = "4XX", description = "TEI's errors: 400 Empty, 413/422 Validation, 424 Backend, 429 Overloaded", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn embed(
+    State(state): State<Arc<AppState>>,
+    Extension(ctx): Extension<Ctx>,
+    TeiBody(body): TeiBody,
+) -> Response {
+    embed_value(&state, &ctx, body).await.into_response()
+}
+
+async fn embed_value(state: &Arc<AppState>, ctx: &Ctx, body: Value) -> TeiResult<Vec<Vec<f32>>> {
+    let request: EmbedRequest = from_object(body)?;
+    require_embedding(state)?;
+    check_prompt(request.prompt_name.as_deref())?;
+    let keep = keep_dimensions(request.dimensions, state.info.dimension)?;
+    let truncation = Truncation::of(state, request.truncate, request.truncation_direction);
+    let pieces = parse_pieces(request.inputs, "inputs", state)?;
+    let texts: Vec<&str> = pieces.iter().map(Piece::as_text).collect();
+    ctx.record(&texts, state.config.log_inputs);
+    let embedded = embed_pieces(state, pieces).await?;
+    truncation.check(&embedded, state.info.max_len)?;
+    Ok(Json(
+        embedded
+            .into_iter()
+            .map(|e| finish_vector(e.vector, keep, request.normalize))
+            .collect(),
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// POST /embed_all
+
+/// TEI's `EmbedAllRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct EmbedAllRequest {
+    /// A string or a list of strings.
+    #[schema(value_type = Object)]
+    inputs: Value,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: TruncationDirection,
+    #[serde(default)]
+    prompt_name: Option<String>,
+}
+
+/// The last layer's vector of every token of each input ([[[f32]]]).
+#[utoipa::path(
+    post,
+    path = "/embed_all",
+    request_body = EmbedAllRequest,
+    responses(
+        (status = 200, description = "One tokens x hidden matrix per input", body = Vec<Vec<Vec<f32>>>),
+        (status = "4XX", description = "TEI's errors", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn embed_all(
+    State(state): State<Arc<AppState>>,
+    Extension(ctx): Extension<Ctx>,
+    TeiBody(body): TeiBody,
+) -> TeiResult<Vec<Vec<Vec<f32>>>> {
+    let request: EmbedAllRequest = from_object(body)?;
+    require_embedding(&state)?;
+    check_prompt(request.prompt_name.as_deref())?;
+    let truncation = Truncation::of(&state, request.truncate, request.truncation_direction);
+    let texts = texts_only(parse_pieces(request.inputs, "inputs", &state)?)?;
+    ctx.record(&texts, state.config.log_inputs);
+    let backend = Arc::clone(&state.backend);
+    let max_len = state.info.max_len;
+    let count = texts.len();
+    let (cut, out) = tokio::task::spawn_blocking(move || {
+        // Whether each input is cut, as the tokenizer says.
+        let cut: Vec<bool> = texts
+            .iter()
+            .map(|t| {
+                backend
+                    .tokenize(t)
+                    .and_then(Result::ok)
+                    .is_some_and(|t| t.truncated)
+            })
+            .collect();
+        (cut, backend.embed_all(&texts))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("embed_all failed: {e}")))?;
+    let out = out
+        .ok_or_else(|| TeiError::backend("this backend cannot return per-token vectors"))?
+        .map_err(|e| TeiError::backend(e.message))?;
+    if out.len() != count {
+        return Err(TeiError::backend(format!(
+            "the backend returned {} matrices for {count} inputs",
+            out.len()
+        )));
+    }
+    let seen: Vec<Embedded> = out
+        .iter()
+        .zip(cut)
+        .map(|(m, truncated)| Embedded {
+            vector: Vec::new(),
+            tokens: m.len(),
+            truncated,
+        })
+        .collect();
+    truncation.check(&seen, max_len)?;
+    Ok(Json(out))
+}
+
+/// The texts of `pieces`; token ids are refused (422) where only text is taken.
+fn texts_only(pieces: Vec<Piece>) -> Result<Vec<String>, TeiError> {
+    pieces
+        .into_iter()
+        .map(|p| match p {
+            Piece::Text(t) => Ok(t),
+            Piece::Ids(_) => Err(TeiError::unprocessable(
+                "this route takes text only, not token ids",
+            )),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// POST /similarity with `inputs`
+
+#[derive(Debug, Deserialize)]
+struct SimilarityInputs {
+    source_sentence: String,
+    sentences: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct SimilarityParameters {
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: TruncationDirection,
+    #[serde(default)]
+    prompt_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TeiSimilarityRequest {
+    inputs: SimilarityInputs,
+    #[serde(default)]
+    parameters: Option<SimilarityParameters>,
+}
+
+/// TEI's sentence similarity: the cosine of `source_sentence` with each of
+/// `sentences`, in the calibrated space.
+pub(crate) async fn similarity(
+    state: &Arc<AppState>,
+    ctx: &Ctx,
+    body: Value,
+) -> TeiResult<Vec<f32>> {
+    let request: TeiSimilarityRequest = from_object(body)?;
+    require_embedding(state)?;
+    let parameters = request.parameters.unwrap_or_default();
+    check_prompt(parameters.prompt_name.as_deref())?;
+    let truncation = Truncation::of(state, parameters.truncate, parameters.truncation_direction);
+    let SimilarityInputs {
+        source_sentence,
+        sentences,
+    } = request.inputs;
+    if sentences.is_empty() {
+        return Err(
+            ApiError::empty("inputs.sentences", "inputs.sentences is an empty array").into(),
+        );
+    }
+    check_count(sentences.len().saturating_add(1), &state.config)?;
+    let max_chars = state.config.limits.max_chars_per_input;
+    check_text(&source_sentence, "inputs.source_sentence", max_chars)?;
+    for (k, s) in sentences.iter().enumerate() {
+        check_text(s, &format!("inputs.sentences[{k}]"), max_chars)?;
+    }
+    let texts: Vec<String> = std::iter::once(source_sentence).chain(sentences).collect();
+    ctx.record(&texts, state.config.log_inputs);
+    let pieces = texts.into_iter().map(Piece::Text).collect();
+    let embedded = embed_pieces(state, pieces).await?;
+    truncation.check(&embedded, state.info.max_len)?;
+    let (source, rest) = embedded
+        .split_first()
+        .ok_or_else(|| TeiError::backend("no vectors"))?;
+    Ok(Json(
+        rest.iter()
+            .map(|e| cosine(&source.vector, &e.vector) as f32)
+            .collect(),
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// POST /tokenize with `inputs`, POST /decode
+
+#[derive(Debug, Deserialize)]
+struct TeiTokenizeRequest {
+    inputs: Value,
+    #[serde(default = "yes")]
+    add_special_tokens: bool,
+    #[serde(default)]
+    prompt_name: Option<String>,
+}
+
+/// TEI's `SimpleToken`.
+#[derive(Debug, Serialize)]
+pub(crate) struct SimpleToken {
+    id: u32,
+    text: String,
+    special: bool,
+    start: Option<usize>,
+    stop: Option<usize>,
+}
+
+/// TEI's tokenisation: one list of tokens per input (a single string gives a
+/// list of one).
+pub(crate) async fn tokenize(
+    state: &Arc<AppState>,
+    ctx: &Ctx,
+    body: Value,
+) -> TeiResult<Vec<Vec<SimpleToken>>> {
+    let request: TeiTokenizeRequest = from_object(body)?;
+    check_prompt(request.prompt_name.as_deref())?;
+    let texts = texts_only(parse_pieces(request.inputs, "inputs", state)?)?;
+    ctx.record(&texts, state.config.log_inputs);
+    let backend = Arc::clone(&state.backend);
+    let special = request.add_special_tokens;
+    let out = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<SimpleToken>>, TeiError> {
+        texts
+            .iter()
+            .map(|text| {
+                let spans = backend
+                    .token_spans(text, special)
+                    .ok_or_else(|| TeiError::backend("this backend cannot show its tokens"))?
+                    .map_err(|e| TeiError {
+                        status: axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                        kind: crate::tei_error::TeiErrorType::Tokenizer,
+                        message: e.message,
+                    })?;
+                Ok(spans
+                    .into_iter()
+                    .map(|s| SimpleToken {
+                        id: s.id,
+                        text: s.text,
+                        special: s.special,
+                        start: s.start,
+                        stop: s.stop,
+                    })
+                    .collect())
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("tokenisation failed: {e}")))??;
+    Ok(Json(out))
+}
+
+/// TEI's `DecodeRequest`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct DecodeRequest {
+    /// Token ids, or a list of lists of token ids.
+    #[schema(value_type = Object)]
+    ids: Value,
+    #[serde(default = "yes")]
+    skip_special_tokens: bool,
+}
+
+/// Token ids back to text: `ids` is one list of ids or a list of lists;
+/// answers one string per list.
+#[utoipa::path(
+    post,
+    path = "/decode",
+    request_body = DecodeRequest,
+    responses(
+        (status = 200, description = "One text per list of ids", body = Vec<String>),
+        (status = "4XX", description = "TEI's errors", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn decode(
+    State(state): State<Arc<AppState>>,
+    TeiBody(body): TeiBody,
+) -> TeiResult<Vec<String>> {
+    let request: DecodeRequest = from_object(body)?;
+    let lists: Vec<Vec<u32>> = match request.ids {
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_number) => {
+            vec![decode_ids(&items, "ids")?]
+        }
+        Value::Array(items) if !items.is_empty() => {
+            check_count(items.len(), &state.config)?;
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::Array(ids) => decode_ids(ids, &format!("ids[{i}]")),
+                    other => Err(TeiError::unprocessable(format!(
+                        "ids[{i}] must be an array of token ids, got {}",
+                        kind_of(other)
+                    ))),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Value::Array(_) => return Err(ApiError::empty("ids", "ids is an empty array").into()),
+        other => {
+            return Err(TeiError::unprocessable(format!(
+                "ids must be an array of token ids or of arrays of token ids, got {}",
+                kind_of(&other)
+            )))
+        }
+    };
+    let backend = Arc::clone(&state.backend);
+    let skip = request.skip_special_tokens;
+    let out = tokio::task::spawn_blocking(move || -> Result<Vec<String>, TeiError> {
+        lists
+            .iter()
+            .map(|ids| {
+                backend
+                    .decode(ids, skip)
+                    .ok_or_else(|| TeiError::backend("this backend cannot decode token ids"))?
+                    .map_err(|e| TeiError::unprocessable(e.message))
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("decoding failed: {e}")))??;
+    Ok(Json(out))
+}
+
+fn decode_ids(items: &[Value], param: &str) -> Result<Vec<u32>, TeiError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(k, v)| {
+            v.as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| {
+                    TeiError::unprocessable(format!("{param}[{k}] must be a token id, got {v}"))
+                })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// POST /: routed by the body's shape
+
+/// `InferenceClient(model=URL)` posts every task to the URL itself: string or
+/// list `inputs` embed, `inputs` with `source_sentence` is a similarity,
+/// `query` with `texts` a rerank.
+#[utoipa::path(
+    post,
+    path = "/",
+    request_body(content = Object, description = "TEI's /embed, /similarity (inputs with source_sentence) or /rerank (query and texts) request"),
+    responses(
+        (status = 200, description = "The answer of the route the body's shape selects"),
+        (status = "4XX", description = "TEI's errors", body = crate::tei_error::TeiErrorBody),
+    ),
+    security((), ("api_key" = []))
+)]
+pub(crate) async fn root(
+    State(state): State<Arc<AppState>>,
+    Extension(ctx): Extension<Ctx>,
+    body: Result<TeiBody, TeiError>,
+) -> Response {
+    let body = match body {
+        Ok(TeiBody(body)) => body,
+        Err(e) => return e.into_response(),
+    };
+    match (body.get("inputs"), body.get("query"), body.get("texts")) {
+        (Some(Value::String(_) | Value::Array(_)), _, _) => {
+            embed_value(&state, &ctx, body).await.into_response()
+        }
+        (Some(Value::Object(inputs)), _, _) if inputs.contains_key("source_sentence") => {
+            similarity(&state, &ctx, body).await.into_response()
+        }
+        (None, Some(_), Some(_)) => crate::rerank::rerank_value(&state, &ctx, body)
+            .await
+            .into_response(),
+        _ => TeiError::unprocessable(
+            "POST / takes {\"inputs\": text or texts} (embed), {\"inputs\": {\"source_sentence\", \
+             \"sentences\"}} (similarity) or {\"query\", \"texts\"} (rerank)",
+        )
+        .into_response(),
+    }
+}
