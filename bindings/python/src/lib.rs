@@ -15,8 +15,8 @@ mod export;
 mod fitted;
 mod moments;
 mod quantize;
-mod rules;
 mod rerank;
+mod rules;
 mod sts;
 
 /// The compiled core of bertflow; use the `bertflow` package instead.

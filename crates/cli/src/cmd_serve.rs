@@ -9,6 +9,7 @@ use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_server::model::{IndexOptions, MappedIndex, ModelBackend};
+use bertflow_server::rerank_model::RerankBackend;
 use bertflow_server::{ApiKeys, EmbedBackend, Limits, LogFormat, ServerConfig};
 use clap::Args;
 use std::path::PathBuf;
@@ -196,6 +197,72 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     vectors.model.threads = None;
     vectors.model.no_cache = true;
+    let (backend, corpus, search_index) =
+        if bertflow_core::rerank::is_reranker(&vectors.model.model).unwrap_or(false) {
+            (reranker_backend(&a, &vectors)?, None, None)
+        } else {
+            embedding_backend(&a, vectors)?
+        };
+    let info = backend.info();
+    progress::note(format!(
+        "serving {} (pooling {}, {}, dimension {}, max_len {}) with {} batch worker(s)",
+        info.model_id,
+        info.pooling,
+        info.calibrator.as_deref().unwrap_or("no calibrator"),
+        info.dimension,
+        info.max_len,
+        a.workers
+    ));
+    if a.api_key.is_some() || a.api_key_file.is_some() {
+        progress::note("API key required on every route except /health");
+    }
+    if let Some(c) = &corpus {
+        progress::note(format!(
+            "indexing {} corpus sentences for /search before answering requests",
+            c.len()
+        ));
+    }
+    bertflow_server::init_logging(a.log_format)?;
+    let mut config = a.config(corpus, api_keys);
+    config.search_index = search_index;
+    // Prints "bertflow-server listening on http://ADDR" to stderr once bound, then serves
+    // until SIGTERM or Ctrl-C and drains every request already received.
+    bertflow_server::run(backend, config, &a.host, a.port)
+        .with_context(|| format!("bertflow serve on {}:{} failed", a.host, a.port))?;
+    progress::note("server stopped");
+    Ok(())
+}
+
+/// The backend of a cross-encoder checkpoint: TEI's `/rerank` and `/predict`
+/// (an embedding route answers that the model is a reranker).
+fn reranker_backend(a: &ServeArgs, vectors: &VectorArgs) -> Result<Arc<dyn EmbedBackend>> {
+    let m = &vectors.model;
+    if a.index.is_some() || a.corpus.is_some() {
+        anyhow::bail!(
+            "--index and --corpus search embeddings; {} is a reranker (cross-encoder)",
+            m.model
+        );
+    }
+    let config = bertflow_core::rerank::RerankerConfig {
+        model: m.model.clone(),
+        max_len: m.max_len,
+        batch_size: m.batch_size,
+        threads: Some(1),
+        cache_dir: m.cache_dir.clone(),
+        precision: m.precision,
+    };
+    let reranker = config.open(progress::handle())?;
+    Ok(Arc::new(RerankBackend::new(reranker)))
+}
+
+type Served = (
+    Arc<dyn EmbedBackend>,
+    Option<Vec<String>>,
+    Option<bertflow_server::SharedIndex>,
+);
+
+/// The backend of an embedding model, with the corpus or index to search.
+fn embedding_backend(a: &ServeArgs, mut vectors: VectorArgs) -> Result<Served> {
     if let Some(index) = &a.index {
         // The pooling and calibrator the index was built with, unless given.
         bertflow_core::indexing::adopt_index_settings(&mut vectors, index)?;
@@ -234,32 +301,5 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let info = backend.info();
-    progress::note(format!(
-        "serving {} (pooling {}, {}, dimension {}, max_len {}) with {} batch worker(s)",
-        info.model_id,
-        info.pooling,
-        info.calibrator.as_deref().unwrap_or("no calibrator"),
-        info.dimension,
-        info.max_len,
-        a.workers
-    ));
-    if a.api_key.is_some() || a.api_key_file.is_some() {
-        progress::note("API key required on every route except /health");
-    }
-    if let Some(c) = &corpus {
-        progress::note(format!(
-            "indexing {} corpus sentences for /search before answering requests",
-            c.len()
-        ));
-    }
-    bertflow_server::init_logging(a.log_format)?;
-    let mut config = a.config(corpus, api_keys);
-    config.search_index = search_index;
-    // Prints "bertflow-server listening on http://ADDR" to stderr once bound, then serves
-    // until SIGTERM or Ctrl-C and drains every request already received.
-    bertflow_server::run(Arc::new(backend), config, &a.host, a.port)
-        .with_context(|| format!("bertflow serve on {}:{} failed", a.host, a.port))?;
-    progress::note("server stopped");
-    Ok(())
+    Ok((Arc::new(backend), corpus, search_index))
 }

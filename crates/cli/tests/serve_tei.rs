@@ -177,3 +177,61 @@ fn teis_command_line_starts_bertflow_and_its_routes_answer() {
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     });
 }
+
+/// A cross-encoder checkpoint served: TEI's `/rerank` (and `POST /` with
+/// `query` + `texts`) scores as transformers does (the fixture's golden
+/// logits, through the sigmoid), `/info` says it is a reranker, and an
+/// embedding route answers that it is one.
+#[test]
+fn a_cross_encoder_is_served_for_rerank() {
+    let _serial = serial();
+    let dir = common::repo().join("crates/encoder/tests/fixtures/tiny-roberta-cls");
+    let golden: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
+    let case = &golden["cases"][6];
+    let (query, text) = (
+        case["text"].as_str().unwrap(),
+        case["pair"].as_str().unwrap(),
+    );
+    let logit = case["logits"][0].as_f64().unwrap() as f32;
+    let want = 1.0 / (1.0 + (-logit).exp());
+    let server = Server::start_raw(&[
+        "--model-id",
+        dir.to_str().unwrap(),
+        "--port",
+        "0",
+        "--api-key",
+        KEY,
+    ]);
+    runtime().block_on(async {
+        let c = reqwest::Client::new();
+        let info = call(&c, &server.url("/info"), None).await;
+        assert_eq!(info.status, StatusCode::OK, "{}", info.body);
+        assert!(
+            info.body["model_type"].get("reranker").is_some(),
+            "{}",
+            info.body
+        );
+        let body = json!({"query": query, "texts": [text, "Hi"], "truncate": true});
+        for path in ["/rerank", "/"] {
+            let r = call(&c, &server.url(path), Some(&body)).await;
+            assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+            let hit = r
+                .body
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|h| h["index"] == 0)
+                .unwrap_or_else(|| panic!("{}", r.body));
+            let got = hit["score"].as_f64().unwrap() as f32;
+            assert!((got - want).abs() < 1e-5, "{path}: {got} vs {want}");
+        }
+        let r = call(&c, &server.url("/embed"), Some(&json!({"inputs": "a b"}))).await;
+        assert!(!r.status.is_success(), "{}", r.body);
+        assert!(
+            r.body["error"].as_str().unwrap().contains("reranker"),
+            "{}",
+            r.body
+        );
+    });
+}

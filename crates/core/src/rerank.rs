@@ -53,7 +53,7 @@ pub struct RerankerConfig {
     /// classification head stays fp32).
     #[cfg_attr(
         feature = "clap",
-        arg(long, env = "BERTFLOW_PRECISION", default_value = "fp32", value_parser = crate::parse::parse_precision)
+        arg(long, default_value_t = crate::defaults::precision().unwrap_or_default(), value_parser = crate::parse::parse_precision)
     )]
     #[serde(with = "crate::parse::as_str")]
     pub precision: Precision,
@@ -67,7 +67,7 @@ impl Default for RerankerConfig {
             batch_size: crate::defaults::BATCH_SIZE,
             threads: None,
             cache_dir: None,
-            precision: Precision::default(),
+            precision: crate::defaults::precision().unwrap_or_default(),
         }
     }
 }
@@ -85,6 +85,7 @@ impl RerankerConfig {
     /// embedding model (no classification head); the kernels' notes go to
     /// `progress`.
     pub fn open(&self, progress: SharedProgress) -> Result<Reranker> {
+        crate::defaults::precision()?;
         if self.model.trim().is_empty() {
             return Err(CoreError::setting("model", "no reranker given"));
         }

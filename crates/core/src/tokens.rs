@@ -26,14 +26,10 @@ impl Pipeline {
         ids: &[Vec<u32>],
         opts: &EncodeOptions,
     ) -> Result<Batch> {
-        if !self.weights_ready() {
-            return Err(crate::CoreError::Input(
-                "the token weighting needs word-piece frequencies first".into(),
-            ));
-        }
-        let out =
-            self.encoder()
-                .encode_ids(ids, std::slice::from_ref(source), opts, self.weights())?;
+        let weights = self.weighting().require()?;
+        let out = self
+            .encoder()
+            .encode_ids(ids, std::slice::from_ref(source), opts, weights)?;
         let vectors =
             out.embeddings.into_iter().next().ok_or_else(|| {
                 crate::CoreError::Input("the encoder returned no embeddings".into())

@@ -136,6 +136,8 @@ mod metrics;
 pub mod model;
 mod openapi;
 mod rerank;
+#[cfg(feature = "model")]
+pub mod rerank_model;
 mod routes;
 mod search;
 mod state;

@@ -114,7 +114,7 @@ pub fn bench_encode(
     if cfg.repeat == 0 {
         return Err(CoreError::setting("repeat", "must be at least 1"));
     }
-    if cfg.threads.is_empty() || cfg.threads.iter().any(|&t| t == 0) {
+    if cfg.threads.is_empty() || cfg.threads.contains(&0) {
         return Err(CoreError::setting(
             "threads",
             "give thread counts of at least 1",
