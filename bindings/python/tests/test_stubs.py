@@ -96,4 +96,9 @@ def test_stub_signature_is_the_runtime_one(qualname):
         runtime = _runtime_params(obj)
     except (TypeError, ValueError):
         pytest.skip(f"{qualname}: no introspectable signature")
-    assert _stub_params(CALLS[qualname]) == runtime, qualname
+    stub = _stub_params(CALLS[qualname])
+    # A native method whose default is a Rust constant (core's) shows `...`:
+    # the stub must give a default there, and the value is core's to check.
+    stub = [(n, Ellipsis if r[1] is Ellipsis and d != NO_DEFAULT else d)
+            for (n, d), r in zip(stub, runtime)] if len(stub) == len(runtime) else stub
+    assert stub == runtime, qualname
