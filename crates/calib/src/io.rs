@@ -320,6 +320,18 @@ impl TensorReader<'_> {
         Ok(view.data())
     }
 
+    /// A `rows x cols` f64 tensor as a matrix (row-major, as written).
+    pub fn matrix_f64(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<ndarray::Array2<f64>> {
+        let v = self.f64(name, &[rows, cols])?;
+        ndarray::Array2::from_shape_vec((rows, cols), v)
+            .map_err(|e| self.format_error(e.to_string()))
+    }
+
     pub fn f64(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f64>> {
         let v: Vec<f64> = self
             .raw(name, Dtype::F64, shape)?

@@ -258,11 +258,7 @@ impl Whitening {
             )));
         }
         self.mean = Array1::from(r.f64("mean", &[self.dim])?);
-        self.w = Array2::from_shape_vec(
-            (self.dim, self.out_dim),
-            r.f64("w", &[self.dim, self.out_dim])?,
-        )
-        .map_err(|e| r.format_error(e.to_string()))?;
+        self.w = r.matrix_f64("w", self.dim, self.out_dim)?;
         self.eigenvalues = Array1::from(r.f64("eigenvalues", &[self.out_dim])?);
         Ok(())
     }
@@ -372,9 +368,7 @@ impl Natsv {
             )));
         }
         self.mean = Array1::from(r.f64(&format!("{prefix}mean"), &[self.dim])?);
-        let dirs = r.f64(&format!("{prefix}directions"), &[self.dim, self.removed])?;
-        self.directions = Array2::from_shape_vec((self.dim, self.removed), dirs)
-            .map_err(|e| r.format_error(e.to_string()))?;
+        self.directions = r.matrix_f64(&format!("{prefix}directions"), self.dim, self.removed)?;
         Ok(())
     }
 }

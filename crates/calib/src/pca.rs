@@ -134,11 +134,7 @@ impl Pca {
         } else {
             Array1::zeros(self.dim)
         };
-        self.rotation = Array2::from_shape_vec(
-            (self.dim, self.out_dim),
-            r.f64("rotation", &[self.dim, self.out_dim])?,
-        )
-        .map_err(|e| r.format_error(e.to_string()))?;
+        self.rotation = r.matrix_f64("rotation", self.dim, self.out_dim)?;
         self.eigenvalues = Array1::from(r.f64("eigenvalues", &[self.out_dim])?);
         Ok(())
     }

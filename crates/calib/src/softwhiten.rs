@@ -233,11 +233,7 @@ impl SoftWhitening {
         }
         let out = self.out_dim();
         self.mean = Array1::from(r.f64(&format!("{prefix}mean"), &[self.dim])?);
-        self.w = Array2::from_shape_vec(
-            (self.dim, out),
-            r.f64(&format!("{prefix}w"), &[self.dim, out])?,
-        )
-        .map_err(|e| r.format_error(e.to_string()))?;
+        self.w = r.matrix_f64(&format!("{prefix}w"), self.dim, out)?;
         self.eigenvalues = Array1::from(r.f64(&format!("{prefix}eigenvalues"), &[self.rank])?);
         Ok(())
     }

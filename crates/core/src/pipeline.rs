@@ -200,6 +200,21 @@ pub struct Batch {
     pub truncated: Vec<bool>,
 }
 
+impl Batch {
+    /// The batch of an encoder pass with one pooling source.
+    pub(crate) fn of_one_pooling(out: bertflow_encoder::Encoded) -> Result<Batch> {
+        let vectors =
+            out.embeddings.into_iter().next().ok_or_else(|| {
+                crate::CoreError::Input("the encoder returned no embeddings".into())
+            })?;
+        Ok(Batch {
+            vectors,
+            tokens: out.tokens,
+            truncated: out.truncated,
+        })
+    }
+}
+
 impl Pipeline {
     /// Checks `pooling` against the model, `calibrator` (if any) against the
     /// model, pooling and dimension (warnings for an allowed mismatch go to the
@@ -280,15 +295,7 @@ impl Pipeline {
             weights,
             &|_| {},
         )?;
-        let vectors =
-            out.embeddings.into_iter().next().ok_or_else(|| {
-                crate::CoreError::Input("the encoder returned no embeddings".into())
-            })?;
-        Ok(Batch {
-            vectors,
-            tokens: out.tokens,
-            truncated: out.truncated,
-        })
+        Batch::of_one_pooling(out)
     }
 
     /// Scales every row to unit length (after the calibrator: cosine becomes

@@ -30,15 +30,7 @@ impl Pipeline {
         let out = self
             .encoder()
             .encode_ids(ids, std::slice::from_ref(source), opts, weights)?;
-        let vectors =
-            out.embeddings.into_iter().next().ok_or_else(|| {
-                crate::CoreError::Input("the encoder returned no embeddings".into())
-            })?;
-        Ok(Batch {
-            vectors,
-            tokens: out.tokens,
-            truncated: out.truncated,
-        })
+        Batch::of_one_pooling(out)
     }
 
     /// The last layer's vector of every token of `text` as this pipeline

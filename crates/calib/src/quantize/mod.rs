@@ -343,11 +343,8 @@ impl Quantizer {
                     if iters == 0 {
                         return Err(bad(r, "itq with 0 iterations"));
                     }
-                    let v = r.f64(&format!("{p}rotation"), &[self.dim, self.dim])?;
-                    self.rotation = Some(
-                        Array2::from_shape_vec((self.dim, self.dim), v)
-                            .map_err(|e| r.format_error(e.to_string()))?,
-                    );
+                    self.rotation =
+                        Some(r.matrix_f64(&format!("{p}rotation"), self.dim, self.dim)?);
                 }
             }
             (false, Ranges::Global) => {
