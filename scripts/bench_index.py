@@ -17,20 +17,26 @@ import numpy as np
 
 
 def synth(a):
+    """Rows [lo, hi) of an N-row synthetic corpus (all N when --lo/--hi are not given):
+    chunk by chunk, so a 10M-row corpus never has to exist as one file."""
     real = np.load(a.real).astype(np.float64)
     texts = open(a.real_texts, encoding="utf8").read().split("\n")[: len(real)]
     mean = real.mean(0)
     cov = np.cov(real, rowvar=False) + 1e-6 * np.eye(real.shape[1])
     chol = np.linalg.cholesky(cov)
     n, d = a.n, real.shape[1]
-    out = np.lib.format.open_memmap(a.out, mode="w+", dtype=np.float32, shape=(n, d))
+    lo0, hi0 = a.lo, (a.hi or n)
+    out = np.lib.format.open_memmap(a.out, mode="w+", dtype=np.float32, shape=(hi0 - lo0, d))
     every = max(1, n // len(real))
     real_at = {i * every: j for j, i in enumerate(range(len(real))) if i * every < n}
-    rng = np.random.default_rng(a.seed)
     chunk = 200_000
+    mixed = 0
     with open(a.texts, "w", encoding="utf8") as t:
-        for lo in range(0, n, chunk):
-            hi = min(n, lo + chunk)
+        for lo in range(lo0, hi0, chunk):
+            hi = min(hi0, lo + chunk)
+            # One generator per 200k block, seeded by its position: any chunking of
+            # the corpus gives the same rows.
+            rng = np.random.default_rng([a.seed, lo])
             x = mean + rng.standard_normal((hi - lo, d)) @ chol.T
             names = [f"synthetic {i}" for i in range(lo, hi)]
             for i in range(lo, hi):
@@ -38,10 +44,11 @@ def synth(a):
                 if j is not None:
                     x[i - lo] = real[j]
                     names[i - lo] = texts[j].replace("\n", " ")
-            out[lo:hi] = x.astype(np.float32)
+                    mixed += 1
+            out[lo - lo0 : hi - lo0] = x.astype(np.float32)
             t.write("\n".join(names) + "\n")
     out.flush()
-    print(f"wrote {n} x {d} to {a.out} ({len(real_at)} real rows mixed in)")
+    print(f"wrote rows {lo0}..{hi0} of {n} x {d} to {a.out} ({mixed} real rows mixed in)")
 
 
 def unit(x):
@@ -100,6 +107,8 @@ def main():
     s.add_argument("--out", required=True)
     s.add_argument("--texts", required=True)
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--lo", type=int, default=0, help="first row of this chunk")
+    s.add_argument("--hi", type=int, default=0, help="end of this chunk (default: N)")
     s = sub.add_parser("peers")
     s.add_argument("--vectors", required=True)
     s.add_argument("--queries", required=True)

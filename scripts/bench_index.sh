@@ -6,15 +6,24 @@
 # then index_bench query (recall@10 against exact fp32, p50/p99 at 1 and 2 threads,
 # resident memory while searching). Then faiss peers on the same vectors.
 #
-#   N=1000000 scripts/bench_index.sh            (N=10000000 needs > 25 GB free)
+#   N=1000000 scripts/bench_index.sh
+#   N=10000000 CODES=binary:itq=true PEERS=0 scripts/bench_index.sh   (about 17 GB free needed)
 #
-# Environment: N, REAL (real sentences, 5000), QN (queries, 200), WORK (scratch
-# directory), PY (python with numpy and faiss: /work/wt/venv-ref), CODES, PEERS=0.
+# Environment: N (rows), REAL (real STS rows mixed in: all, or a count), QN (queries, 1000),
+# QN_INT8 (queries for int8 codes, default QN), EXACT (queries whose exact fp32 top-10 is
+# computed for recall, 200), CHUNK (rows made and indexed at a time, 1000000), RESCORE
+# (candidates per result, a list), THREADS (a list), CODES, KEEP=1 (keep the index),
+# WORK (scratch directory), PY (python with numpy and faiss: /work/wt/venv-ref), VPY
+# (python with bertflow: .venv), PEERS=0 (no faiss; peers run only for N <= 1000000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-1000000}
-REAL=${REAL:-5000}
-QN=${QN:-200}
+REAL=${REAL:-all}
+QN=${QN:-1000}
+EXACT=${EXACT:-200}
+CHUNK=${CHUNK:-1000000}
+RESCORE=${RESCORE:-1,2,5,10,20,50}
+THREADS=${THREADS:-1,2}
 WORK=${WORK:-$PWD/target/bench-index}
 PY=${PY:-/work/wt/venv-ref/bin/python}
 CODES=${CODES:-"binary:itq=true int8"}
@@ -23,7 +32,8 @@ export BERTFLOW_MODEL=${BERTFLOW_MODEL:-$PWD/models/all-MiniLM-L6-v2} BERTFLOW_T
 B=target/release/bertflow
 BENCH=target/release/examples/index_bench
 mkdir -p "$WORK"
-need=$(( N * 384 * 4 * 23 / 10 / 1000000000 + 1 ))
+# The index (vectors, codes, texts) plus one chunk of vectors, with a margin.
+need=$(( (N * 384 * 4 * 11 / 10 + CHUNK * 384 * 4 * 21 / 20) / 1000000000 + 1 ))
 free=$(df -BG --output=avail "$WORK" | tail -1 | tr -dc 0-9)
 if (( free < need )); then
   echo "only ${free} GB free in $WORK, ${need} GB needed for N=$N: run a smaller N" >&2
@@ -34,51 +44,77 @@ cargo build --release --offline -p bertflow-index --example index_bench >/dev/nu
 lscpu | grep -E "Model name|^CPU\(s\)"
 echo "N=$N REAL=$REAL QN=$QN"
 
-# STS sentences: the first sentence of QN test pairs are the queries, their second
-# sentences and REAL - QN more are the real corpus rows.
-"$PY" - "$DATA/STSBenchmark" "$WORK" "$REAL" "$QN" <<'PY'
-import sys, csv
-src, work, real, qn = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-pairs = []
-for split in ("test", "dev", "train"):
-    for line in open(f"{src}/sts-{split}.csv", encoding="utf8"):
-        f = line.rstrip("\n").split("\t")
-        if len(f) >= 7:
-            pairs.append((f[5].strip(), f[6].strip()))
-queries = [a for a, _ in pairs[:qn]]
-corpus, seen = [], set()
-for s in [b for _, b in pairs[:qn]] + [x for p in pairs[qn:] for x in p]:
-    if s and s not in seen:
-        seen.add(s); corpus.append(s)
-    if len(corpus) == real:
-        break
+# STS sentences: every distinct sentence of the seven STS tasks (26,126); QN of them,
+# drawn with seed 0, are the queries; the others (REAL of them, all by default) are
+# the real rows mixed into the synthetic corpus.
+VPY=${VPY:-.venv/bin/python}
+"$VPY" - "$DATA" "$WORK" "$REAL" "$QN" <<'PY'
+import sys
+import numpy as np
+import bertflow
+data, work, real, qn = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+seen, corpus = set(), []
+for t in bertflow.sts.tasks(data):
+    for s in t.sentences():
+        s = " ".join(s.split())
+        if s and s not in seen:
+            seen.add(s); corpus.append(s)
+pick = set(np.random.default_rng(0).choice(len(corpus), size=qn, replace=False).tolist())
+queries = [s for i, s in enumerate(corpus) if i in pick]
+rest = [s for i, s in enumerate(corpus) if i not in pick]
+rest = rest if real == "all" else rest[: int(real)]
 open(f"{work}/queries.txt", "w", encoding="utf8").write("\n".join(queries) + "\n")
-open(f"{work}/real.txt", "w", encoding="utf8").write("\n".join(corpus) + "\n")
+open(f"{work}/real.txt", "w", encoding="utf8").write("\n".join(rest) + "\n")
+print(f"{len(corpus)} distinct STS sentences: {len(queries)} queries, {len(rest)} real corpus rows")
 PY
 for f in queries real; do
-  [ -s "$WORK/$f.npy" ] || "$B" encode --input "$WORK/$f.txt" --output "$WORK/$f.npy" --no-cache >/dev/null
+  [ -s "$WORK/$f.npy" ] || "$B" encode --input "$WORK/$f.txt" --output "$WORK/$f.npy" >/dev/null
 done
-"$PY" scripts/bench_index.py synth --real "$WORK/real.npy" --real-texts "$WORK/real.txt" \
-  --n "$N" --out "$WORK/x.npy" --texts "$WORK/x.txt"
+
+# The corpus is made and indexed CHUNK rows at a time (`index build` on the first
+# chunk, which fits the quantizer, then `index add`), so that the N x 384 vectors
+# never exist twice on disk.
+chunk_rows() { # lo hi
+  "$PY" scripts/bench_index.py synth --real "$WORK/real.npy" --real-texts "$WORK/real.txt" \
+    --n "$N" --lo "$1" --hi "$2" --out "$WORK/x.npy" --texts "$WORK/x.txt"
+}
+# The first QE queries for the int8 runs (an int8 scan of 10M codes reads 3.8 GB).
+"$PY" -c "import numpy as np, sys; q = np.load(sys.argv[1]); np.save(sys.argv[2], q[: int(sys.argv[3])])" \
+  "$WORK/queries.npy" "$WORK/queries-int8.npy" "${QN_INT8:-$QN}"
 
 for code in $CODES; do
   idx="$WORK/x.idx"
-  echo "== index build --quantize $code"
-  /usr/bin/time -f "build: %e s wall, peak RSS %M KiB" \
-    "$B" index build --vectors "$WORK/x.npy" --texts "$WORK/x.txt" --quantize "$code" \
-    --output "$idx" --chunk 65536 --no-cache 2>&1 | grep -v "declares no model" || true
+  rm -f "$idx" "$idx".*
+  echo "== index build --quantize $code, $N rows in chunks of $CHUNK"
+  start=$(date +%s.%N)
+  for (( lo = 0; lo < N; lo += CHUNK )); do
+    hi=$(( lo + CHUNK < N ? lo + CHUNK : N ))
+    chunk_rows "$lo" "$hi" >/dev/null
+    if (( lo == 0 )); then
+      /usr/bin/time -f "build of rows 0..$hi: %e s wall, peak RSS %M KiB" \
+        "$B" index build --vectors "$WORK/x.npy" --texts "$WORK/x.txt" --quantize "$code" \
+        --output "$idx" --chunk 65536 -q 2>&1 | grep -v "declares no model" || true
+    else
+      /usr/bin/time -f "add of rows $lo..$hi: %e s wall, peak RSS %M KiB" \
+        "$B" index add --index "$idx" --vectors "$WORK/x.npy" --texts "$WORK/x.txt" \
+        --chunk 65536 -q 2>&1 | grep -v "declares no model" || true
+    fi
+  done
+    echo "build in all (synthesis included): $(echo "$(date +%s.%N) - $start" | bc) s"
   ls -l "$idx" | awk '{printf "file size: %.0f MiB\n", $5 / 1048576}'
   "$B" index info --index "$idx"
   # Drop the file's pages from the page cache where allowed, so that resident
   # memory counts what search reads.
   sync; (echo 1 > /proc/sys/vm/drop_caches) 2>/dev/null || true
-  "$BENCH" query --index "$idx" --query-npy "$WORK/queries.npy" --exact-queries "$QN" \
-    --rescore 1,2,5,10,20 --threads 1,2
-  rm -f "$idx"
+  q="$WORK/queries.npy"; case $code in int8*) q="$WORK/queries-int8.npy";; esac
+  "$BENCH" query --index "$idx" --query-npy "$q" --exact-queries "$EXACT" \
+    --rescore "$RESCORE" --threads "$THREADS"
+  [ "${KEEP:-0}" = 1 ] || rm -f "$idx"
 done
 
-if [ "${PEERS:-1}" = 1 ]; then
+if [ "${PEERS:-1}" = 1 ] && (( N <= 1000000 )); then
   echo "== peers (faiss)"
+  chunk_rows 0 "$N" >/dev/null
   "$PY" scripts/bench_index.py peers --vectors "$WORK/x.npy" --queries "$WORK/queries.npy" \
     --queries-n "$QN"
 fi

@@ -9,8 +9,8 @@ use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::index::{AnnFiles, AnnParams, Index, IndexWriter, SearchParams};
 use bertflow_core::indexing::{
-    build_ann, build_index, build_index_from_vectors, embed_into_index, QuantizeWith,
-    DEFAULT_RESCORE,
+    add_vectors_to_index, build_ann, build_index, build_index_from_vectors, embed_into_index,
+    QuantizeWith, DEFAULT_RESCORE,
 };
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::quantize::QuantSpec;
@@ -129,7 +129,7 @@ pub struct EmbedSettings {
     /// Vectors made elsewhere (`bertflow encode`, the Spark job), .npy or .safetensors,
     /// one row per line of --texts, made with the model, pooling and calibrator given
     /// here (a .safetensors file's declared settings are checked; a .npy declares none).
-    /// Stored as they are. `index build` only.
+    /// Stored as they are (`index add`: coded with the index's quantizer).
     #[arg(
         long = "vectors",
         id = "vectors",
@@ -254,12 +254,26 @@ fn corpus(s: &EmbedSettings) -> Result<Vec<String>> {
     Ok(texts)
 }
 
+/// A `.npy` file of vectors declares no settings: say that the ones given are
+/// recorded as those that made them.
+fn note_undeclared(vectors: &Path) {
+    if vectors.extension().is_none_or(|e| e != "safetensors") {
+        progress::note(format!(
+            "{} declares no model: the index records the settings given, which must be those that made the vectors",
+            vectors.display()
+        ));
+    }
+}
+
+/// The sentences of `--texts`, one per line, empty lines kept (line i names row i).
+fn vector_texts(texts: &Path) -> Result<Vec<String>> {
+    Ok(read_sentences(texts, false, EmptyLines::Keep)
+        .context("cannot read --texts")?
+        .texts)
+}
+
 /// `index add`: embed the corpus into the index, checking the settings first.
 fn embed(s: &EmbedSettings, index: &Path, quantize: Option<&QuantSpec>) -> Result<(usize, u64)> {
-    if s.vector_file.is_some() {
-        anyhow::bail!("--vectors applies to `index build` only");
-    }
-    let texts = corpus(s)?;
     let pipeline = open_pipeline(&s.vectors)?;
     let mut writer = IndexWriter::append(index, &pipeline.identity()?)?;
     let stored = writer.quantizer().map(|q| q.spec.clone());
@@ -274,7 +288,14 @@ fn embed(s: &EmbedSettings, index: &Path, quantize: Option<&QuantSpec>) -> Resul
         ),
         _ => {}
     }
-    let added = embed_into_index(&pipeline, &texts, s.chunk, &mut writer)?;
+    let added = match (&s.vector_file, &s.texts) {
+        (Some(vectors), Some(texts)) => {
+            note_undeclared(vectors);
+            let texts = vector_texts(texts)?;
+            add_vectors_to_index(&pipeline, vectors, &texts, s.chunk, &mut writer)?
+        }
+        _ => embed_into_index(&pipeline, &corpus(s)?, s.chunk, &mut writer)?,
+    };
     Ok((added, writer.finish()?))
 }
 
@@ -285,15 +306,8 @@ fn build(b: &BuildArgs) -> Result<u64> {
     let quantize = QuantizeWith::of(&pipeline, b.quantize.as_ref())?;
     match (&s.vector_file, &s.texts) {
         (Some(vectors), Some(texts)) => {
-            if vectors.extension().is_none_or(|e| e != "safetensors") {
-                progress::note(format!(
-                    "{} declares no model: the index records the settings given, which must be those that made the vectors",
-                    vectors.display()
-                ));
-            }
-            let texts = read_sentences(texts, false, EmptyLines::Keep)
-                .context("cannot read --texts")?
-                .texts;
+            note_undeclared(vectors);
+            let texts = vector_texts(texts)?;
             Ok(build_index_from_vectors(
                 &pipeline, vectors, &texts, s.chunk, &b.output, quantize,
             )?)

@@ -253,3 +253,107 @@ fn build_from_vectors_made_elsewhere() {
     assert!(err.contains("60 vectors for 59 sentences"), "{err}");
     assert!(!idx.exists());
 }
+
+#[test]
+fn add_vectors_made_elsewhere_to_a_quantized_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let all = corpus(dir.path(), "all.txt", 60, 0);
+    let head = corpus(dir.path(), "head.txt", 40, 0);
+    let tail = corpus(dir.path(), "tail.txt", 20, 40);
+    let (vh, vt) = (dir.path().join("h.npy"), dir.path().join("t.npy"));
+    for (t, v) in [(&head, &vh), (&tail, &vt)] {
+        ok(&bertflow(
+            &["encode", "--input", s(t), "--output", s(v)],
+            &cache,
+        ));
+    }
+    let whole = dir.path().join("whole.idx");
+    let parts = dir.path().join("parts.idx");
+    ok(&bertflow(
+        &[
+            "index",
+            "build",
+            "--corpus",
+            s(&all),
+            "--output",
+            s(&whole),
+            "--quantize",
+            "binary",
+        ],
+        &cache,
+    ));
+    ok(&bertflow(
+        &[
+            "index",
+            "build",
+            "--vectors",
+            s(&vh),
+            "--texts",
+            s(&head),
+            "--output",
+            s(&parts),
+            "--quantize",
+            "binary",
+        ],
+        &cache,
+    ));
+    let out = ok(&bertflow(
+        &[
+            "index",
+            "add",
+            "--index",
+            s(&parts),
+            "--vectors",
+            s(&vt),
+            "--texts",
+            s(&tail),
+        ],
+        &cache,
+    ));
+    assert!(
+        out.contains("added 20 sentences") && out.contains("(60 in all)"),
+        "{out}"
+    );
+    // The added rows are found as the same rows of an index built in one go
+    // (exact rescoring of the binary candidates: the same top hit).
+    for (i, query) in [
+        (45, "The bird runs near house number 45."),
+        (7, "The cat eats near house number 7."),
+    ] {
+        let search = |idx: &Path| {
+            hits(&ok(&bertflow(
+                &[
+                    "index",
+                    "search",
+                    "--index",
+                    s(idx),
+                    "--query",
+                    query,
+                    "-k",
+                    "3",
+                ],
+                &cache,
+            )))
+        };
+        assert_eq!(search(&parts)[0], (i, query.to_owned()));
+        assert_eq!(search(&parts)[0], search(&whole)[0]);
+    }
+    // Rows that do not match the texts: an error, and the index keeps its 60 rows.
+    let err = fails(&bertflow(
+        &[
+            "index",
+            "add",
+            "--index",
+            s(&parts),
+            "--vectors",
+            s(&vt),
+            "--texts",
+            s(&head),
+        ],
+        &cache,
+    ));
+    assert!(err.contains("20 vectors for 40 sentences"), "{err}");
+    let info = ok(&bertflow(&["index", "info", "--index", s(&parts)], &cache));
+    assert!(info.contains("60 sentences"), "{info}");
+}

@@ -421,28 +421,20 @@ pub fn check_declared(
     )))
 }
 
-/// `index build --vectors`: write the vectors of `vectors` (`.npy` or
-/// `.safetensors` of float32/float64, one row per sentence of `texts`, made
-/// elsewhere with `pipeline`'s model, pooling and calibrator: they are stored
-/// as they are, not calibrated again) to a new index at `path`, `chunk` rows
-/// per segment, quantized as `quantize` says (a fitted quantizer is fitted on
-/// an evenly spaced sample of at most [`QUANTIZER_FIT_ROWS`] rows). A
-/// `.safetensors` file's declared settings must be the pipeline's; a `.npy`
-/// file declares none (the caller says so). Returns the sentences written.
-pub fn build_index_from_vectors(
+/// Open a vectors file (`.npy` or `.safetensors`) made elsewhere for the
+/// rows of `texts`, checked against the settings it declares and the
+/// pipeline's dimension.
+fn open_vectors(
     pipeline: &Pipeline,
     vectors: &Path,
     texts: &[String],
-    chunk: usize,
-    path: &Path,
-    quantize: QuantizeWith,
-) -> Result<u64> {
+) -> Result<crate::matrix_file::MatrixReader> {
     use crate::matrix_file::MatrixReader;
     if let Some(declared) = declared_settings(vectors)? {
         check_declared(&declared, pipeline, vectors)?;
     }
     let identity = pipeline.identity()?;
-    let mut reader = MatrixReader::open(vectors)?;
+    let reader = MatrixReader::open(vectors)?;
     if reader.rows() != texts.len() {
         return Err(crate::CoreError::Input(format!(
             "{} holds {} vectors for {} sentences: one row per sentence",
@@ -459,18 +451,19 @@ pub fn build_index_from_vectors(
             identity.dimension
         )));
     }
+    Ok(reader)
+}
+
+/// Write every row of `reader` (the vectors of `texts`) into `writer`,
+/// `chunk` rows at a time.
+fn write_vectors(
+    pipeline: &Pipeline,
+    reader: &mut crate::matrix_file::MatrixReader,
+    texts: &[String],
+    chunk: usize,
+    writer: &mut IndexWriter,
+) -> Result<usize> {
     let n = reader.rows();
-    let sample = match quantize {
-        QuantizeWith::Nothing => Array2::zeros((0, reader.cols())),
-        _ => {
-            let m = n.min(QUANTIZER_FIT_ROWS);
-            let rows: Vec<usize> = (0..m).map(|i| i * n / m).collect();
-            reader.read_rows(&rows)?
-        }
-    };
-    let what = format!("an even sample of {}", vectors.display());
-    let mut writer = create_writer(path, &identity, quantize, sample.view(), &what)?;
-    drop(sample);
     let bar = pipeline
         .embedder()
         .progress
@@ -486,5 +479,54 @@ pub fn build_index_from_vectors(
         bar.set_position(done as u64);
     }
     bar.finish();
+    Ok(done)
+}
+
+/// `index build --vectors`: write the vectors of `vectors` (`.npy` or
+/// `.safetensors` of float32/float64, one row per sentence of `texts`, made
+/// elsewhere with `pipeline`'s model, pooling and calibrator: they are stored
+/// as they are, not calibrated again) to a new index at `path`, `chunk` rows
+/// per segment, quantized as `quantize` says (a fitted quantizer is fitted on
+/// an evenly spaced sample of at most [`QUANTIZER_FIT_ROWS`] rows). A
+/// `.safetensors` file's declared settings must be the pipeline's; a `.npy`
+/// file declares none (the caller says so). Returns the sentences written.
+pub fn build_index_from_vectors(
+    pipeline: &Pipeline,
+    vectors: &Path,
+    texts: &[String],
+    chunk: usize,
+    path: &Path,
+    quantize: QuantizeWith,
+) -> Result<u64> {
+    let mut reader = open_vectors(pipeline, vectors, texts)?;
+    let identity = pipeline.identity()?;
+    let n = reader.rows();
+    let sample = match quantize {
+        QuantizeWith::Nothing => Array2::zeros((0, reader.cols())),
+        _ => {
+            let m = n.min(QUANTIZER_FIT_ROWS);
+            let rows: Vec<usize> = (0..m).map(|i| i * n / m).collect();
+            reader.read_rows(&rows)?
+        }
+    };
+    let what = format!("an even sample of {}", vectors.display());
+    let mut writer = create_writer(path, &identity, quantize, sample.view(), &what)?;
+    drop(sample);
+    write_vectors(pipeline, &mut reader, texts, chunk, &mut writer)?;
     Ok(writer.finish()?)
+}
+
+/// `index add --vectors`: append vectors made elsewhere (checked as
+/// [`build_index_from_vectors`] checks them) to an open index; a quantized
+/// index codes them with the quantizer it was built with. Returns the rows
+/// added.
+pub fn add_vectors_to_index(
+    pipeline: &Pipeline,
+    vectors: &Path,
+    texts: &[String],
+    chunk: usize,
+    writer: &mut IndexWriter,
+) -> Result<usize> {
+    let mut reader = open_vectors(pipeline, vectors, texts)?;
+    write_vectors(pipeline, &mut reader, texts, chunk, writer)
 }
