@@ -19,6 +19,9 @@ const AFTER_HELP: &str =
     "Endpoints: GET / (a playground page), POST /v1/embeddings (OpenAI shape), GET /v1/models, POST /similarity, \
 POST /search (needs --corpus or --index), POST /tokenize, GET /health, GET /info, GET /metrics (Prometheus text format), GET /openapi.json. \
 Vectors are not L2-normalised (except on TEI's /embed, which normalises by default). \
+With a --calibrator that ends in a quantizer stage (`bertflow fit --quantize`), /v1/embeddings' \
+encoding_format int8, uint8, binary or ubinary answers its codes (see docs/serving.md); \
+over a quantized --index, /search rescores the best --rescore x top_k codes exactly. \
 text-embeddings-inference's routes: POST /embed, /embed_all, /rerank, /predict, /decode, POST / (routed by the body), \
 and /similarity and /tokenize given \"inputs\"; its launcher flags --model-id, --hostname, --port, --api-key, \
 --max-batch-tokens, --max-client-batch-size and --auto-truncate are accepted (see docs/tei.md).
