@@ -341,16 +341,21 @@ fn serve_a_quantized_index_with_rescore() {
             assert!((g.1 - w.1).abs() < 1e-5, "{got:?} vs {shallow:?}");
         }
         // ... and a request rescoring every sentence (12 x 5 >= 60) finds the exact top 5.
-        let r = post(
-            &http,
-            &url,
-            &json!({"query": query, "top_k": 5, "rescore": 12}),
-        )
-        .await;
-        let got = served_hits(&r.body);
-        for (g, w) in got.iter().zip(&exact) {
-            assert_eq!(g.0, w.0, "{got:?} vs {exact:?}");
-            assert!((g.1 - w.1).abs() < 1e-5, "{got:?} vs {exact:?}");
+        // A depth far beyond the index (no room is allocated for it) is the same.
+        for rescore in [12u64, 1_000_000_000_000_000] {
+            let r = post(
+                &http,
+                &url,
+                &json!({"query": query, "top_k": 5, "rescore": rescore}),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            let got = served_hits(&r.body);
+            assert_eq!(got.len(), 5);
+            for (g, w) in got.iter().zip(&exact) {
+                assert_eq!(g.0, w.0, "{got:?} vs {exact:?}");
+                assert!((g.1 - w.1).abs() < 1e-5, "{got:?} vs {exact:?}");
+            }
         }
         let r = post(&http, &url, &json!({"query": query, "rescore": 0})).await;
         assert_error(&r, 422, "invalid_field");

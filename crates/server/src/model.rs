@@ -493,8 +493,11 @@ impl SearchIndex for MappedIndex {
             .ann
             .as_ref()
             .filter(|_| !self.reloaded.load(Ordering::Acquire));
+        // More candidates than the index holds change nothing; capping them keeps a
+        // request's huge `rescore` from allocating room for them (0 stays the index's error).
+        let k = top_k.min(index.len()).max(1);
         let params = SearchParams {
-            rescore,
+            rescore: rescore.min(index.len().div_ceil(k).max(1)),
             ..SearchParams::default()
         };
         let ranked = match graph.and_then(|g| g.get()) {
