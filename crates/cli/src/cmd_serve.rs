@@ -19,6 +19,9 @@ const AFTER_HELP: &str =
     "Endpoints: GET / (a playground page), POST /v1/embeddings (OpenAI shape), GET /v1/models, POST /similarity, \
 POST /search (needs --corpus or --index), POST /tokenize, GET /health, GET /info, GET /metrics (Prometheus text format), GET /openapi.json. \
 Vectors are not L2-normalised (except on TEI's /embed, which normalises by default). \
+With a --calibrator that ends in a quantizer stage (`bertflow fit --quantize`), /v1/embeddings' \
+encoding_format int8, uint8, binary or ubinary answers its codes (see docs/serving.md); \
+over a quantized --index, /search rescores the best --rescore x top_k codes exactly. \
 text-embeddings-inference's routes: POST /embed, /embed_all, /rerank, /predict, /decode, POST / (routed by the body), \
 and /similarity and /tokenize given \"inputs\"; its launcher flags --model-id, --hostname, --port, --api-key, \
 --max-batch-tokens, --max-client-batch-size and --auto-truncate are accepted (see docs/tei.md).
@@ -61,6 +64,11 @@ pub struct ServeArgs {
     /// finds more of the exact top_k.
     #[arg(long, default_value_t = bertflow_core::index::DEFAULT_EF_SEARCH, value_name = "N", requires = "ann")]
     pub ef_search: usize,
+    /// A quantized --index (built with --quantize): candidates rescored exactly per result
+    /// asked, the best N x top_k codes, unless a /search request gives "rescore"
+    /// [default: the index's default, 20].
+    #[arg(long, value_name = "N", requires = "index")]
+    pub rescore: Option<usize>,
     /// Treat the --corpus file as JSONL whatever its extension.
     #[arg(long, requires = "corpus")]
     pub corpus_jsonl: bool,
@@ -284,9 +292,19 @@ fn embedding_backend(a: &ServeArgs, mut vectors: VectorArgs) -> Result<Served> {
                 verify: a.index_verify,
                 ann: a.ann,
                 ef_search: a.ef_search,
+                rescore: a
+                    .rescore
+                    .unwrap_or(bertflow_core::indexing::DEFAULT_RESCORE),
             };
             let mapped =
                 MappedIndex::open(path, backend.identity(), options).map_err(anyhow::Error::msg)?;
+            if a.rescore.is_some() && mapped.index().quantizer().is_none() {
+                anyhow::bail!(
+                    "--rescore: the index {} stores no codes (build it with `bertflow index build \
+                     --quantize ...`); it is searched exactly",
+                    path.display()
+                );
+            }
             for n in &mapped.notes {
                 progress::note(format!("note: {n}"));
             }

@@ -381,3 +381,88 @@ pub fn transform_file_output(
     write_codes(output, &out)?;
     Ok((out.rows(), out.dim(), out.kind()))
 }
+
+/// Whether codes of `kind` can come from a quantizer stage of kind `stage`:
+/// the same kind, or its sibling (`int8` and `uint8`, `binary` and
+/// `ubinary`: the same codes, each byte XOR 0x80, as a quantizer of that
+/// kind fitted on the same rows gives).
+pub fn same_family(stage: QuantKind, kind: QuantKind) -> bool {
+    stage.is_bits() == kind.is_bits()
+}
+
+/// Checks a request for `kind` codes of calibrated vectors cut to `keep`
+/// dimensions (and scaled to unit length with `normalize`) against the
+/// quantizer `stage` the calibrator file ends in: there must be one (no
+/// quantizer is fitted on the fly), of `kind`'s family
+/// ([`same_family`]); a cut must keep the quantizer's width (its ranges
+/// and rotation are of every dimension); `normalize` only before sign
+/// bits (int8/uint8 ranges were fitted on vectors that were not
+/// normalized). Errors are [`crate::CoreError::Setting`] naming the field:
+/// `quantize`, `dimensions` or `normalize`.
+pub fn check_stage_request(
+    stage: Option<&Quantizer>,
+    kind: QuantKind,
+    keep: usize,
+    normalize: bool,
+) -> Result<()> {
+    let name = kind.name();
+    let Some(q) = stage else {
+        return Err(crate::CoreError::setting(
+            "quantize",
+            format!(
+                "{name} codes come from a quantizer fitted on the corpus, and this calibrator has \
+                 none: fit one that ends in it (`bertflow fit ... --quantize {name}`) and use that \
+                 calibrator file"
+            ),
+        ));
+    };
+    if !same_family(q.spec.kind, kind) {
+        let family = if q.spec.kind.is_bits() {
+            "binary or ubinary"
+        } else {
+            "int8 or uint8"
+        };
+        return Err(crate::CoreError::setting(
+            "quantize",
+            format!(
+                "the calibrator ends in the quantizer {}, which gives {family} codes, not {name}: \
+                 fit a calibrator with `--quantize {name}` for those",
+                q.spec
+            ),
+        ));
+    }
+    if keep != q.dim {
+        return Err(crate::CoreError::setting(
+            "dimensions",
+            format!(
+                "the quantizer {} codes {} dimensions: a cut to {keep} would change its width; \
+                 fit a calibrator that cuts first (e.g. `--kind pca:k={keep} --quantize {}`)",
+                q.spec, q.dim, q.spec
+            ),
+        ));
+    }
+    if normalize && !q.spec.kind.is_bits() {
+        return Err(crate::CoreError::setting(
+            "normalize",
+            format!(
+                "the quantizer {}'s ranges were fitted on vectors that were not normalized: drop \
+                 normalize",
+                q.spec
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The codes of the calibrated rows `x` under the stage `q`, written as
+/// `kind` (checked first by [`check_stage_request`]): `q`'s own codes, or
+/// its sibling's (each byte XOR 0x80).
+pub fn stage_output(q: &Quantizer, x: ArrayView2<f32>, kind: QuantKind) -> Result<Output> {
+    check_stage_request(Some(q), kind, x.ncols(), false)?;
+    let mut codes = q.quantize(x)?;
+    if codes.kind != kind {
+        codes.bytes.mapv_inplace(|b| b ^ 0x80);
+        codes.kind = kind;
+    }
+    Ok(Output::from_codes(codes))
+}

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::access::Ctx;
+use crate::codes::{CodeEncoding, CodeValue, EncodingFormat};
 use crate::config::Limits;
 use crate::error::ApiError;
 use crate::index::cosine;
@@ -24,14 +25,6 @@ use crate::state::{
 // ---------------------------------------------------------------------------
 // POST /v1/embeddings
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum EncodingFormat {
-    #[default]
-    Float,
-    Base64,
-}
-
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EmbeddingsRequest {
@@ -42,8 +35,14 @@ pub(crate) struct EmbeddingsRequest {
     #[serde(default)]
     #[allow(dead_code)]
     model: Option<String>,
+    /// `float` (default), `base64` (little-endian f32), or the codes of the
+    /// calibrator's quantizer stage: `int8`, `uint8`, `binary`, `ubinary`.
     #[serde(default)]
     encoding_format: Option<EncodingFormat>,
+    /// bertflow extension, with a code format: `array` (default, integers)
+    /// or `base64` (of the code bytes).
+    #[serde(default)]
+    code_encoding: Option<CodeEncoding>,
     #[serde(default)]
     dimensions: Option<usize>,
     /// bertflow extension: scale each vector (after the `dimensions` cut) to
@@ -73,12 +72,13 @@ pub(crate) struct EmbeddingData {
     embedding: EmbeddingValue,
 }
 
-/// The vector: floats, or base64 of the little-endian f32 bytes.
+/// The vector: floats, base64 of the little-endian f32 bytes, or codes.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub(crate) enum EmbeddingValue {
     Float(Vec<f32>),
     Base64(String),
+    Codes(CodeValue),
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -114,6 +114,14 @@ pub(crate) async fn embeddings(
     let texts: Vec<&str> = pieces.iter().map(Piece::as_text).collect();
     ctx.record(&texts, state.config.log_inputs);
     let format = request.encoding_format.unwrap_or_default();
+    let stage = state.backend.quantizer();
+    crate::codes::check(
+        stage,
+        format,
+        request.code_encoding,
+        keep,
+        request.normalize,
+    )?;
     let embedded = embed_pieces(&state, pieces).await?;
 
     let prompt_tokens = embedded.iter().map(|e| e.tokens).sum();
@@ -123,23 +131,39 @@ pub(crate) async fn embeddings(
         .filter(|(_, e)| e.truncated)
         .map(|(i, _)| i)
         .collect();
-    let data = embedded
+    let vectors: Vec<Vec<f32>> = embedded
         .into_iter()
-        .enumerate()
-        .map(|(index, e)| {
-            let vector = finish_vector(e.vector, keep, request.normalize);
-            let embedding = match format {
-                EncodingFormat::Float => EmbeddingValue::Float(vector),
+        .map(|e| finish_vector(e.vector, keep, request.normalize))
+        .collect();
+    let values: Vec<EmbeddingValue> = match (format.code(), stage) {
+        (Some(kind), Some(q)) => {
+            let encoding = request.code_encoding.unwrap_or_default();
+            crate::codes::encode(q, &vectors, kind, encoding)?
+                .into_iter()
+                .map(EmbeddingValue::Codes)
+                .collect()
+        }
+        (Some(_), None) => {
+            return Err(ApiError::Internal("the quantizer stage disappeared".into()))
+        }
+        (None, _) => vectors
+            .into_iter()
+            .map(|vector| match format {
                 EncodingFormat::Base64 => {
                     let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
                     EmbeddingValue::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
                 }
-            };
-            EmbeddingData {
-                object: "embedding",
-                index,
-                embedding,
-            }
+                _ => EmbeddingValue::Float(vector),
+            })
+            .collect(),
+    };
+    let data = values
+        .into_iter()
+        .enumerate()
+        .map(|(index, embedding)| EmbeddingData {
+            object: "embedding",
+            index,
+            embedding,
         })
         .collect();
     Ok(Json(EmbeddingsResponse {
@@ -311,8 +335,14 @@ pub(crate) struct InfoResponse {
     normalized: bool,
     limits: Limits,
     corpus_size: Option<usize>,
-    /// How /search searches (`exact`, or the approximate method), null without a corpus.
+    /// How /search searches (`exact`, the codes scanned and the rescore
+    /// depth, or the approximate method), null without a corpus.
     search_method: Option<String>,
+    /// The quantizer stage the calibrator file ends in (its spec, width and
+    /// bytes), null without one.
+    quantizer: Option<String>,
+    /// The `encoding_format` values /v1/embeddings answers here.
+    encoding_formats: Vec<&'static str>,
     load: Load,
     /// The fp32 and int8 kernels of this process, each with where it came from
     /// (env, cache, measured, rule), e.g. `fp32 avx512pair (cache), int8
@@ -467,6 +497,8 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Json<InfoRespons
         limits: state.config.limits.clone(),
         corpus_size: state.index.as_ref().map(|i| i.len()),
         search_method: state.index.as_ref().map(|i| i.method()),
+        quantizer: state.backend.quantizer().map(|q| q.describe()),
+        encoding_formats: crate::codes::formats(state.backend.quantizer()),
         load: state.batcher.load(),
         kernels: bertflow_core::encoder::tuning::current().map(|k| k.describe()),
         tei: tei_info(&state),

@@ -165,6 +165,15 @@ pub trait EmbedBackend: Send + Sync + 'static {
         None
     }
 
+    /// The quantizer stage the served calibrator file ends in, if any
+    /// (`bertflow fit --quantize`): `/v1/embeddings` with `encoding_format`
+    /// `int8`, `uint8`, `binary` or `ubinary` answers its codes of the
+    /// vectors [`EmbedBackend::embed`] returns. `None` (the default): no
+    /// stage, and those formats are refused.
+    fn quantizer(&self) -> Option<&bertflow_core::quantize::Quantizer> {
+        None
+    }
+
     /// Raw classifier logits for each (text, text_pair) input, one Vec per input (len = labels),
     /// truncated at max_len when `truncate`, else an input over max_len is an error.
     /// None: this backend is not a reranker.

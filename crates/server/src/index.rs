@@ -62,6 +62,27 @@ pub trait SearchIndex: Send + Sync + 'static {
     fn method(&self) -> String {
         "exact".into()
     }
+    /// Whether a search may take `rescore`, the candidates rescored exactly
+    /// per result (a quantized index scanning its codes): `Err` says why not
+    /// (no codes, or a bad depth); `/search` answers 422 with it.
+    fn check_rescore(&self, rescore: usize) -> Result<(), String> {
+        let _ = rescore;
+        Err(format!(
+            "rescore applies to a quantized index (one that stores codes); this server searches {}",
+            self.method()
+        ))
+    }
+    /// [`SearchIndex::search`] with `rescore` candidates per result rescored
+    /// exactly (checked by [`SearchIndex::check_rescore`] first).
+    fn search_rescored(
+        &self,
+        query: &[f32],
+        top_k: usize,
+        rescore: usize,
+    ) -> Result<Vec<Hit>, String> {
+        let _ = rescore;
+        self.search(query, top_k)
+    }
 }
 
 /// A [`SearchIndex`] shared with the server; compares by identity.

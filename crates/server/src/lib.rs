@@ -25,7 +25,9 @@
 //! Request fields: `input` (a string or an array of strings; required),
 //! `model` (optional, echoed back; defaults to the backend's model id),
 //! `encoding_format` (`"float"`, the default, or `"base64"`: the
-//! little-endian f32 bytes of the vector, base64 with padding), `dimensions`
+//! little-endian f32 bytes of the vector, base64 with padding, as the OpenAI
+//! clients decode it; or the codes `"int8"`, `"uint8"`, `"binary"`,
+//! `"ubinary"`, see below), `dimensions`
 //! (optional, `1..=dimension`: the vector is cut to its first `dimensions`
 //! components, a plain prefix that is *not* re-normalised), `user` (accepted
 //! and ignored). bertflow vectors are **not** L2-normalised: calibrated spaces
@@ -36,6 +38,23 @@
 //! `usage` counts the tokens the model saw (after truncation) and the
 //! bertflow extension `truncated` lists the inputs cut at the model's
 //! `max_len`.
+//!
+//! **Codes.** When the backend's calibrator file ends in a quantizer stage
+//! ([`EmbedBackend::quantizer`], fitted on the corpus by `bertflow fit
+//! --quantize`), `encoding_format` `int8`/`uint8` (an int8 or uint8 stage) and
+//! `binary`/`ubinary` (a sign-bit stage) answer its codes of the calibrated
+//! vectors: per input a JSON array of integers, the bytes `bertflow encode
+//! --calibrator` writes (int8 values for `int8` and `binary`, 0..255 for
+//! `uint8` and `ubinary`; packed bits MSB-first); the family's other name is
+//! the same codes with each byte XOR 0x80. With the extension
+//! `"code_encoding": "base64"` each is the base64 of the raw code bytes
+//! instead (`base64` itself stays f32). Core's rules
+//! (`bertflow_core::quantize::check_stage_request`) answer 422: no stage
+//! (nothing is fitted on the fly: the message names the `bertflow fit ...
+//! --quantize` to run), the other family, a `dimensions` cut that changes
+//! the quantizer's width (the cut comes after the rotation, before the
+//! quantizer), `normalize` before int8/uint8 ranges. An unknown
+//! `encoding_format` is a 422 listing the accepted values.
 //!
 //! ### `POST /similarity`
 //!
@@ -60,7 +79,11 @@
 //! at start-up through the backend, searched exactly), or over the
 //! [`SearchIndex`] given in [`ServerConfig::search_index`] (e.g. a
 //! memory-mapped `bertflow index` file, exact or HNSW; `GET /info` names the
-//! method).
+//! method). Over a quantized index the codes are scanned and the best
+//! `rescore x top_k` rescored exactly: `rescore` is the server's
+//! (`serve --rescore`, `model::IndexOptions::rescore`) or the request's
+//! `"rescore"` (422 where the index has no codes, searches its HNSW graph, or
+//! refuses the depth).
 //! `{"query": q, "top_k": k}` answers `{"results": [{"index": i, "text":
 //! "...", "score": s}, ...]}`, best first (ties: lower index first);
 //! `{"queries": [q, ...]}` answers `{"results": [[...], ...]}`, one list per
@@ -92,7 +115,10 @@
 //! ```
 //!
 //! Model id, pooling, calibrator, dimension, max_len, `normalized` (always
-//! false), every limit, `corpus_size` (null without a corpus) and the current
+//! false), every limit, `corpus_size` (null without a corpus),
+//! `search_method` (for a quantized index its codes and rescore depth),
+//! `quantizer` (the calibrator's quantizer stage, null without one),
+//! `encoding_formats` (what `/v1/embeddings` answers here) and the current
 //! `load` (queued inputs and requests, busy workers, batches run).
 //!
 //! ## Batching, back-pressure, shutdown
@@ -125,6 +151,7 @@ mod api;
 mod auth;
 mod backend;
 mod batcher;
+mod codes;
 mod config;
 mod conn;
 mod error;

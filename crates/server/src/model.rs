@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use bertflow_core::encoder::{EncodeOptions, PoolSource};
-use bertflow_core::index::{Ann, Identity, Index};
+use bertflow_core::index::{Ann, Identity, Index, SearchParams};
 use bertflow_core::Pipeline;
 
 use crate::backend::{
@@ -75,6 +75,12 @@ impl EmbedBackend for ModelBackend {
             .tokenizer()
             .encode_prefix(text, self.info.max_len, false)
             .map_or(self.info.max_len, |ids| ids.len().min(self.info.max_len))
+    }
+
+    fn quantizer(&self) -> Option<&bertflow_core::quantize::Quantizer> {
+        self.pipeline
+            .calibrator()
+            .and_then(bertflow_core::quantize::stage_of)
     }
 
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
@@ -265,6 +271,9 @@ pub struct IndexOptions {
     pub ann: bool,
     /// Candidates explored per approximate query (at least `top_k`).
     pub ef_search: usize,
+    /// A quantized index: candidates rescored exactly per result asked
+    /// (the best `rescore x top_k` codes), unless a request says otherwise.
+    pub rescore: usize,
 }
 
 impl Default for IndexOptions {
@@ -273,6 +282,7 @@ impl Default for IndexOptions {
             verify: false,
             ann: false,
             ef_search: bertflow_core::index::DEFAULT_EF_SEARCH,
+            rescore: bertflow_core::index::DEFAULT_RESCORE,
         }
     }
 }
@@ -297,6 +307,7 @@ pub struct MappedIndex {
     reloaded: AtomicBool,
     ann: Option<Graph>,
     ef_search: usize,
+    rescore: usize,
     /// Non-fatal differences (e.g. precision), for the operator.
     pub notes: Vec<String>,
 }
@@ -312,6 +323,9 @@ impl MappedIndex {
             .identity()
             .check_matches(wanted)
             .map_err(|e| format!("refusing the index {}: {e}", path.display()))?;
+        if index.quantizer().is_some() {
+            check_rescore(&index, options.rescore).map_err(|e| format!("--rescore: {e}"))?;
+        }
         let mut notes = index.identity().notes(wanted);
         notes.extend(index.recovered());
         let index = Arc::new(index);
@@ -373,6 +387,7 @@ impl MappedIndex {
             reloaded: AtomicBool::new(false),
             ann,
             ef_search: options.ef_search.max(1),
+            rescore: options.rescore,
             notes,
         })
     }
@@ -445,14 +460,49 @@ impl SearchIndex for MappedIndex {
     }
 
     fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String> {
+        self.search_rescored(query, top_k, self.rescore)
+    }
+
+    fn check_rescore(&self, rescore: usize) -> Result<(), String> {
+        let index = self.index();
+        if index.quantizer().is_none() {
+            return Err(format!(
+                "rescore applies to a quantized index (one that stores codes); {} has none \
+                 (`bertflow index build --quantize`)",
+                self.path.display()
+            ));
+        }
+        if self.ann.is_some() && !self.reloaded.load(Ordering::Acquire) {
+            return Err(
+                "rescore applies to the scan of the codes; this server searches the HNSW graph \
+                 (--ann)"
+                    .into(),
+            );
+        }
+        check_rescore(&index, rescore)
+    }
+
+    fn search_rescored(
+        &self,
+        query: &[f32],
+        top_k: usize,
+        rescore: usize,
+    ) -> Result<Vec<Hit>, String> {
         let index = self.index();
         let graph = self
             .ann
             .as_ref()
             .filter(|_| !self.reloaded.load(Ordering::Acquire));
+        // More candidates than the index holds change nothing; capping them keeps a
+        // request's huge `rescore` from allocating room for them (0 stays the index's error).
+        let k = top_k.min(index.len()).max(1);
+        let params = SearchParams {
+            rescore: rescore.min(index.len().div_ceil(k).max(1)),
+            ..SearchParams::default()
+        };
         let ranked = match graph.and_then(|g| g.get()) {
             Some(Ok(ann)) => ann.search(query, top_k, self.ef_search),
-            _ => index.search(query, top_k),
+            _ => index.search_with(query, top_k, &params),
         }
         .map_err(|e| e.to_string())?;
         ranked
@@ -468,8 +518,19 @@ impl SearchIndex for MappedIndex {
     }
 
     fn method(&self) -> String {
+        let index = self.index();
+        let scan = match index.quantizer() {
+            Some(q) => format!(
+                "{} codes ({}, {} bytes per vector) scanned, the best {} x top_k rescored exactly",
+                q.kind.name(),
+                q.spec,
+                q.width(),
+                self.rescore
+            ),
+            None => "exact".into(),
+        };
         if self.reloaded.load(Ordering::Acquire) {
-            return "exact (the index file was reopened after a change)".into();
+            return format!("{scan} (the index file was reopened after a change)");
         }
         match self.ann.as_ref().map(|g| g.get()) {
             Some(Some(Ok(ann))) => format!(
@@ -478,9 +539,23 @@ impl SearchIndex for MappedIndex {
                 ann.params().ef_construction,
                 self.ef_search
             ),
-            Some(Some(Err(e))) => format!("exact (the HNSW graph failed to load: {e})"),
-            Some(None) => "exact (HNSW graph loading)".into(),
-            None => "exact".into(),
+            Some(Some(Err(e))) => format!("{scan} (the HNSW graph failed to load: {e})"),
+            Some(None) => format!("{scan} (HNSW graph loading)"),
+            None => scan,
         }
     }
+}
+
+/// Whether `index` (quantized) takes `rescore`: the index's own check, asked
+/// with a search for no results (which reads nothing).
+fn check_rescore(index: &Index, rescore: usize) -> Result<(), String> {
+    let probe = vec![0.0f32; index.identity().dimension];
+    let params = SearchParams {
+        rescore,
+        ..SearchParams::default()
+    };
+    index
+        .search_with(&probe, 0, &params)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

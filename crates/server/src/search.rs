@@ -21,6 +21,10 @@ pub(crate) struct SearchRequest {
     queries: Option<Vec<String>>,
     #[serde(default)]
     top_k: Option<usize>,
+    /// A quantized index: candidates rescored exactly per result (the best
+    /// `rescore x top_k` codes); default: the server's `--rescore`.
+    #[serde(default)]
+    rescore: Option<usize>,
 }
 
 /// A list of hits for `query`, a list of lists for `queries`.
@@ -92,6 +96,12 @@ pub(crate) async fn search(
             ))
         }
     };
+    if let (Some(rescore), Some(index)) = (request.rescore, &state.index) {
+        index
+            .check_rescore(rescore)
+            .map_err(|m| ApiError::invalid(Some("rescore"), m))?;
+    }
+    let rescore = request.rescore;
     ctx.record(&queries, state.config.log_inputs);
     if let Some(index) = &state.index {
         let index = Arc::clone(index);
@@ -111,7 +121,10 @@ pub(crate) async fn search(
                     .iter()
                     .map(|e| {
                         let timer = searcher.metrics.search.start_timer();
-                        let hits = index.search(&e.vector, top_k);
+                        let hits = match rescore {
+                            Some(r) => index.search_rescored(&e.vector, top_k, r),
+                            None => index.search(&e.vector, top_k),
+                        };
                         timer.observe_duration();
                         hits.map_err(|m| ApiError::Internal(format!("search failed: {m}")))
                     })

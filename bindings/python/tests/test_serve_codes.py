@@ -1,0 +1,70 @@
+"""The openai client against `bertflow serve` with a calibrator that ends in
+a quantizer stage: `encoding_format="float"` (and the client's default,
+base64 decoded as float32) still give the calibrated float vectors, and
+`encoding_format="ubinary"` (passed through by the client) gives exactly the
+bytes `bertflow encode --calibrator` writes."""
+
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, SENTENCES
+
+openai = pytest.importorskip("openai")
+
+
+@pytest.fixture(scope="module")
+def coded(tmp_path_factory, run_cli, model_dir):
+    """A pca:k=16 calibrator ending in ubinary codes, with what `encode` writes."""
+    d = tmp_path_factory.mktemp("codes")
+    (d / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    cal = d / "pca.safetensors"
+    run_cli("fit", "--model", model_dir, "--no-cache", "--kind", "pca:k=16",
+            "--quantize", "ubinary", "--on", d / "in.txt", "--output", cal)
+    codes = d / "codes.npy"
+    run_cli("encode", "--model", model_dir, "--no-cache", "--calibrator", cal,
+            "--input", d / "in.txt", "--output", codes)
+    return cal, np.load(codes)
+
+
+@pytest.fixture(scope="module")
+def server(bertflow_bin, model_dir, coded):
+    cal, _ = coded
+    p = subprocess.Popen(
+        [str(bertflow_bin), "serve", "--model", str(model_dir), "--calibrator", str(cal),
+         "--host", "127.0.0.1", "--port", "0", "--workers", "2"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    url = None
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if "listening on http://" in line:
+            url = line.strip().split("listening on ")[1]
+            break
+    if url is None:
+        p.kill()
+        pytest.fail("bertflow serve did not start:\n" + "".join(lines))
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    yield url
+    p.terminate()
+    assert p.wait(timeout=30) == 0
+
+
+def test_openai_client_floats_and_codes(server, coded):
+    _, want = coded
+    assert want.dtype == np.uint8 and want.shape == (len(SENTENCES), 2)
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
+    floats = client.embeddings.create(input=SENTENCES, model="m", encoding_format="float")
+    got = np.array([d.embedding for d in floats.data])
+    assert got.shape == (len(SENTENCES), 16)
+    # The codes are the sign bits of those floats, packed MSB-first.
+    np.testing.assert_array_equal(np.packbits(got > 0, axis=1), want)
+    default = client.embeddings.create(input=SENTENCES, model="m")
+    np.testing.assert_allclose(np.array([d.embedding for d in default.data]), got, atol=1e-6)
+    codes = client.embeddings.create(input=SENTENCES, model="m", encoding_format="ubinary")
+    np.testing.assert_array_equal(np.array([d.embedding for d in codes.data]), want)
+    with pytest.raises(openai.UnprocessableEntityError, match="binary or ubinary"):
+        client.embeddings.create(input=SENTENCES, model="m", encoding_format="int8")
