@@ -14,7 +14,8 @@ rows turned into codes per second from the float vectors (fit excluded).
 Peers (the reference environment, /work/wt/venv-ref, on sys.path after this
 interpreter's own packages): sentence-transformers' quantize_embeddings
 (binary; int8 with the corpus as calibration embeddings), faiss-cpu (PCA,
-ITQ + LSH, SQ8, PQ) and plain truncation.
+ITQ + LSH, SQ8, PQ, OPQ + PQ) and plain truncation. CPU: `lscpu`'s model
+name is recorded in the output.
 
 Run with the project's .venv (bertflow installed):
     .venv/bin/python scripts/bench_compress.py --out benchmarks/compress.json
@@ -30,6 +31,11 @@ import time
 import numpy as np
 
 import bertflow
+
+
+# Bytes per vector of the product-quantizer rows (bertflow pq:m=M with OPQ,
+# faiss OPQM,PQM and PQM).
+PQ_BYTES = (64, 48, 32, 16)
 
 
 def ref_path(venv):
@@ -183,13 +189,22 @@ def main():
     c, fs = timed(lambda: bertflow.Pca(k=128).fit(X, quantize="binary:itq=true"))
     C, cs = timed(lambda: c.transform(X, quantize=True))
     add(16, "pca:k=128 + binary:itq=true", "bertflow", pm1(C.view(np.uint8) ^ 0x80), fs, cs)
-    for m in (48, 16):
-        pq = faiss.index_factory(d, f"PQ{m}")
-        _, fs = timed(lambda: pq.train(X))
-        codes, cs = timed(lambda: pq.sa_encode(X))
-        add(m, f"PQ{m}x8 (reconstructed)", "faiss", pq.sa_decode(codes), fs, cs)
+    # --- product quantizers: one byte per sub-vector -------------------
+    for m in PQ_BYTES:
+        if d % m:
+            continue
+        c, fs = timed(lambda: bertflow.Pca().fit(X, quantize=f"pq:m={m}"))
+        C, cs = timed(lambda: c.transform(X, quantize=True))
+        add(m, f"pca + pq:m={m} (OPQ rotation, reconstructed)", "bertflow",
+            c.quantizer_.inverse_transform(C), fs, cs)
+        for f in (f"OPQ{m},PQ{m}", f"PQ{m}"):
+            pq = faiss.index_factory(d, f)
+            _, fs = timed(lambda: pq.train(X))
+            codes, cs = timed(lambda: pq.sa_encode(X))
+            add(m, f"{f}x8 (reconstructed)", "faiss", pq.sa_decode(codes), fs, cs)
 
-    result = {"model": enc.model, "pooling": a.pooling, "sentences": n, "queries": len(queries),
+    cpu = next((l.split(":", 1)[1].strip() for l in os.popen("lscpu") if l.startswith("Model name")), None)
+    result = {"cpu": cpu, "model": enc.model, "pooling": a.pooling, "sentences": n, "queries": len(queries),
               "seed": a.seed, "encode_s": enc_s, "rows": rows}
     if a.out:
         with open(a.out, "w") as f:
