@@ -115,9 +115,9 @@ pub(crate) fn lloyd(x: ArrayView2<f32>, c: &mut Array2<f32>, iters: usize) -> (V
                 .for_each(|(s, &v)| *s += f64::from(v));
         }
         let mut far: Vec<usize> = Vec::new();
-        for j in 0..k {
-            if counts[j] > 0 {
-                let inv = 1.0 / counts[j] as f64;
+        for (j, &count) in counts.iter().enumerate() {
+            if count > 0 {
+                let inv = 1.0 / count as f64;
                 c.row_mut(j)
                     .iter_mut()
                     .zip(sums.row(j))

@@ -118,7 +118,7 @@ pub fn pack_signs(row: impl IntoIterator<Item = f64>, out: &mut [u8]) {
 
 /// An error unless `m` sub-vectors cut `dim` evenly.
 fn check_pq_width(spec: &QuantSpec, m: usize, dim: usize) -> Result<()> {
-    if m == 0 || dim % m != 0 {
+    if m == 0 || !dim.is_multiple_of(m) {
         return Err(CalibError::Spec {
             spec: spec.to_string(),
             reason: format!(

@@ -38,7 +38,7 @@ pub const KMEANS_ITERS: usize = 25;
 /// faiss's `niter_pq`).
 pub const OPQ_KMEANS_ITERS: usize = 4;
 /// Seed of the k-means++ seeding (fits are deterministic).
-pub const SEED: u64 = 0x5EED_0F_C0DE;
+pub const SEED: u64 = 0x005E_ED0F_C0DE;
 
 /// A fitted product quantizer.
 pub(crate) struct Fit {
