@@ -93,7 +93,10 @@ fn pq_codes_are_uint8_scored_on_their_reconstructions() {
     let v = scoring_vectors(&q, x.view()).unwrap();
     let (ra, rb) = (q.dequantize(&a).unwrap(), q.dequantize(&b).unwrap());
     for (i, sim) in sims.iter().enumerate() {
-        assert!((sim - cos(v.row(i), v.row(150 + i))).abs() < 1e-6, "row {i}");
+        assert!(
+            (sim - cos(v.row(i), v.row(150 + i))).abs() < 1e-6,
+            "row {i}"
+        );
         assert!((sim - cos(ra.row(i), rb.row(i))).abs() < 1e-6, "row {i}");
     }
     let out = Output::from_codes(a.clone());
