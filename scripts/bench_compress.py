@@ -14,7 +14,8 @@ rows turned into codes per second from the float vectors (fit excluded).
 Peers (the reference environment, /work/wt/venv-ref, on sys.path after this
 interpreter's own packages): sentence-transformers' quantize_embeddings
 (binary; int8 with the corpus as calibration embeddings), faiss-cpu (PCA,
-ITQ + LSH, SQ8, PQ) and plain truncation.
+ITQ + LSH, SQ8, PQ, OPQ + PQ) and plain truncation. CPU: `lscpu`'s model
+name is recorded in the output.
 
 Run with the project's .venv (bertflow installed):
     .venv/bin/python scripts/bench_compress.py --out benchmarks/compress.json
@@ -30,6 +31,11 @@ import time
 import numpy as np
 
 import bertflow
+
+
+# Bytes per vector of the product-quantizer rows (bertflow pq:m=M with OPQ,
+# faiss OPQM,PQM and PQM).
+PQ_BYTES = (64, 48, 32, 16)
 
 
 def ref_path(venv):
@@ -87,6 +93,9 @@ def main():
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--pq-only", action="store_true", help="only fp32 and the product-quantizer rows")
+    ap.add_argument("--pq-bytes", default=",".join(map(str, PQ_BYTES)),
+                    help="bytes per vector of the product-quantizer rows (comma-separated)")
     a = ap.parse_args()
     ref_path(a.ref_venv)
     import faiss
@@ -132,7 +141,7 @@ def main():
 
     # --- float32, full width and cut ------------------------------------
     add(4 * d, f"fp32, {d} dims", "-", X, 0.0, None)
-    for k in (128, 64):
+    for k in () if a.pq_only else (128, 64):
         add(4 * k, f"first {k} dims", "truncation", X[:, :k], 0.0, None)
         pca, fs = timed(lambda: bertflow.Pca(k=k).fit(X))
         Y, cs = timed(lambda: pca.transform(X))
@@ -144,6 +153,33 @@ def main():
         Y, cs = timed(lambda: f.apply(X))
         add(4 * k, f"PCAMatrix {k} (centred)", "faiss", Y, fs, cs)
 
+    if not a.pq_only:
+        others(X, d, add, faiss, quantize_embeddings)
+    # --- product quantizers: one byte per sub-vector -------------------
+    for m in (int(v) for v in a.pq_bytes.split(",")):
+        if d % m:
+            continue
+        c, fs = timed(lambda: bertflow.Pca().fit(X, quantize=f"pq:m={m}"))
+        C, cs = timed(lambda: c.transform(X, quantize=True))
+        add(m, f"pca + pq:m={m} (OPQ rotation, reconstructed)", "bertflow",
+            c.quantizer_.inverse_transform(C), fs, cs)
+        for f in (f"OPQ{m},PQ{m}", f"PQ{m}"):
+            pq = faiss.index_factory(d, f)
+            _, fs = timed(lambda: pq.train(X))
+            codes, cs = timed(lambda: pq.sa_encode(X))
+            add(m, f"{f}x8 (reconstructed)", "faiss", pq.sa_decode(codes), fs, cs)
+
+    cpu = next((l.split(":", 1)[1].strip() for l in os.popen("lscpu") if l.startswith("Model name")), None)
+    result = {"cpu": cpu, "model": enc.model, "pooling": a.pooling, "sentences": n, "queries": len(queries),
+              "seed": a.seed, "encode_s": enc_s, "rows": rows}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+def others(X, d, add, faiss, quantize_embeddings):
+    """The int8, int8-after-rotation and bit rows."""
     # --- int8, one byte per dimension ------------------------------------
     q, fs = timed(lambda: bertflow.Quantizer("int8").fit(X))
     C, cs = timed(lambda: q.transform(X))
@@ -183,18 +219,6 @@ def main():
     c, fs = timed(lambda: bertflow.Pca(k=128).fit(X, quantize="binary:itq=true"))
     C, cs = timed(lambda: c.transform(X, quantize=True))
     add(16, "pca:k=128 + binary:itq=true", "bertflow", pm1(C.view(np.uint8) ^ 0x80), fs, cs)
-    for m in (48, 16):
-        pq = faiss.index_factory(d, f"PQ{m}")
-        _, fs = timed(lambda: pq.train(X))
-        codes, cs = timed(lambda: pq.sa_encode(X))
-        add(m, f"PQ{m}x8 (reconstructed)", "faiss", pq.sa_decode(codes), fs, cs)
-
-    result = {"model": enc.model, "pooling": a.pooling, "sentences": n, "queries": len(queries),
-              "seed": a.seed, "encode_s": enc_s, "rows": rows}
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
 
 
 if __name__ == "__main__":

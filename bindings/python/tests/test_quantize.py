@@ -50,7 +50,8 @@ def test_itq_objective_never_increases(rng):
 def test_sklearn_shape_and_pickling(rng):
     x = correlated(rng, 60, 24)
     q = bertflow.Quantizer("binary", itq=True, iters=5)
-    assert q.get_params() == {"kind": "binary", "ranges": "global", "itq": True, "iters": 5}
+    assert q.get_params() == {"kind": "binary", "ranges": "global", "itq": True, "iters": 5,
+                              "m": None, "opq": True, "opq_iters": None}
     with pytest.raises(bertflow._calibrators.NotFittedError):
         q.transform(x)
     assert q.fit(x) is q and q.code_bytes_ == 3 and q.n_features_in_ == 24
@@ -109,6 +110,36 @@ def test_a_calibrator_ending_in_a_quantizer(rng, tmp_path, run_cli):
         plain.transform(x, quantize=True)
     with pytest.raises(ValueError, match="expects 32 columns, got 16"):
         bertflow.Quantizer("int8").fit(x).transform(x[:, :16])
+
+
+def test_pq_codes_reconstruct_and_round_trip(rng, tmp_path):
+    x = correlated(rng, 600, 16)
+    q = bertflow.Quantizer("pq", m=4, opq_iters=3).fit(x)
+    assert q.spec == "pq:m=4,opq=true,iters=3" and q.code_bytes_ == 4
+    codes = q.transform(x)
+    assert codes.dtype == np.uint8 and codes.shape == (600, 4)
+    obj = q.objective_
+    assert len(obj) == 4 and all(b <= a * (1 + 1e-6) for a, b in zip(obj, obj[1:]))
+    err = ((q.inverse_transform(codes) - x) ** 2).sum(axis=1).mean()
+    plain = bertflow.Quantizer("pq", m=4, opq=False).fit(x)
+    assert plain.spec == "pq:m=4,opq=false"
+    # 256 centroids per 4-dim sub-vector: far below the data's energy.
+    assert err < 0.2 * (x ** 2).sum(axis=1).mean()
+    again = pickle.loads(pickle.dumps(q))
+    np.testing.assert_array_equal(again.transform(x), codes)
+    np.testing.assert_array_equal(again.inverse_transform(codes), q.inverse_transform(codes))
+    # A calibrator ending in pq, saved and loaded: the same codes.
+    c = bertflow.Pca().fit(x, quantize="pq:m=4")
+    path = tmp_path / "pq.safetensors"
+    c.save(path)
+    np.testing.assert_array_equal(bertflow.load(path).transform(x, quantize=True),
+                                  c.transform(x, quantize=True))
+    with pytest.raises(ValueError, match="does not divide the dimension 16"):
+        bertflow.Quantizer("pq", m=5).fit(x)
+    with pytest.raises(ValueError, match="pq needs m"):
+        bertflow.Quantizer("pq").fit(x)
+    with pytest.raises(ValueError, match="bytes per row"):
+        q.inverse_transform(codes[:, :3])
 
 
 def test_pca_is_a_rotation(rng):

@@ -30,8 +30,9 @@ pub struct EncodeArgs {
     #[arg(long)]
     pub normalize: bool,
     /// Write codes of a quantizer fitted on these vectors (after the calibrator):
-    /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true,iters=N], ubinary[:...];
-    /// the output is then a .npy of int8 or uint8. A calibrator file that ends in a
+    /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true,iters=N], ubinary[:...],
+    /// pq:m=M[,opq=true|false,iters=N] (product quantizer with an OPQ rotation: M bytes
+    /// per vector, M dividing the dimension); the output is then a .npy of int8 or uint8. A calibrator file that ends in a
     /// quantizer (`bertflow fit --quantize`) writes its codes without this flag.
     #[arg(long, value_name = "QUANTIZER")]
     pub quantize: Option<QuantSpec>,

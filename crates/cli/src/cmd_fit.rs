@@ -91,7 +91,8 @@ pub struct FitArgs {
     pub sample: Option<usize>,
     /// End the file in a quantizer fitted on the calibrated fit rows:
     /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true,iters=N],
-    /// ubinary[:...]. `bertflow encode --calibrator FILE` then writes codes.
+    /// ubinary[:...], pq:m=M[,opq=true|false,iters=N] (product quantizer with an OPQ
+    /// rotation: M bytes per vector). `bertflow encode --calibrator FILE` then writes codes.
     /// The fit rows are kept in memory.
     #[arg(long, value_name = "QUANTIZER")]
     pub quantize: Option<QuantSpec>,

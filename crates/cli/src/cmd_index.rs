@@ -178,7 +178,8 @@ pub struct BuildArgs {
     pub output: PathBuf,
     /// Also store a compact code of every vector, scanned by search from memory (the
     /// vectors stay on disk, read only to rescore the best candidates): int8, binary,
-    /// binary:itq=true (or ubinary), fitted on the corpus. A calibrator that ends in
+    /// binary:itq=true (or ubinary), fitted on the corpus (not pq: its codes are centroid
+    /// indices). A calibrator that ends in
     /// a quantizer (`bertflow fit --quantize`) quantizes without this flag.
     #[arg(long, value_name = "QUANTIZER")]
     pub quantize: Option<QuantSpec>,

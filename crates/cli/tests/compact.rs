@@ -56,6 +56,8 @@ fn fit_quantize_then_transform_writes_the_files_codes() {
         ("pca:k=12", "ubinary", "|u1", 2),
         ("whiten", "int8", "|i1", 16),
         ("pca", "uint8:ranges=dim", "|u1", 16),
+        ("pca", "pq:m=4,opq=true,iters=2", "|u1", 4),
+        ("pca:k=8", "pq:m=8,opq=false", "|u1", 8),
     ] {
         let f = dir.path().join("f.safetensors");
         let out = ok(&bertflow(

@@ -130,24 +130,30 @@ fn an_unsupported_quantizer_is_a_clear_error() {
     let cache = dir.path().join("cache");
     let first = corpus(dir.path(), "first.txt", 20, 0);
     let idx = dir.path().join("u.idx");
-    let err = fails(&bertflow(
-        &[
-            "index",
-            "build",
-            "--corpus",
-            s(&first),
-            "--output",
-            s(&idx),
-            "--quantize",
-            "int8:ranges=dim",
-        ],
-        &cache,
-    ));
-    assert!(
-        err.contains("int8 (global ranges), binary or ubinary"),
-        "{err}"
-    );
-    assert!(!idx.exists());
+    // pq is refused before any fit (20 rows could not fit its 256 centroids).
+    for (q, why) in [
+        ("int8:ranges=dim", "scored as integers"),
+        ("pq:m=8", "centroid indices"),
+    ] {
+        let err = fails(&bertflow(
+            &[
+                "index",
+                "build",
+                "--corpus",
+                s(&first),
+                "--output",
+                s(&idx),
+                "--quantize",
+                q,
+            ],
+            &cache,
+        ));
+        assert!(
+            err.contains("int8 (global ranges), binary or ubinary") && err.contains(why),
+            "{err}"
+        );
+        assert!(!idx.exists());
+    }
 }
 
 #[test]

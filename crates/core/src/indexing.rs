@@ -220,6 +220,18 @@ fn unit_rows(x: ArrayView2<f32>) -> Array2<f32> {
     Array2::from_shape_vec(x.raw_dim(), out).unwrap_or_else(|_| Array2::zeros(x.raw_dim()))
 }
 
+/// The error for a product quantizer given to an index (checked before any
+/// fit: its codes are centroid indices, not scored as integers).
+fn pq_refused(spec: &QuantSpec) -> crate::CoreError {
+    crate::CoreError::setting(
+        "quantize",
+        format!(
+            "an index stores int8 (global ranges), binary or ubinary codes, not {spec}: product \
+             quantizer codes are centroid indices (encode them with `bertflow encode`)"
+        ),
+    )
+}
+
 /// What quantizes a new index: the quantizer `spec` (`--quantize`, fitted on
 /// the build corpus), or the quantizer stage the calibrator file ends in;
 /// both is an error, neither is an index without codes.
@@ -250,6 +262,8 @@ impl<'a> QuantizeWith<'a> {
                 ),
                 ))
             }
+            (Some(spec), None) if spec.kind.is_pq() => return Err(pq_refused(spec)),
+            (None, Some((_, q))) if q.spec.kind.is_pq() => return Err(pq_refused(&q.spec)),
             (Some(spec), None) => QuantizeWith::Fit(spec),
             (None, Some((_, q))) => QuantizeWith::Stage(q),
             (None, None) => QuantizeWith::Nothing,

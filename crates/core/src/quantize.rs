@@ -11,7 +11,8 @@ use crate::calibration::LoadedCalibrator;
 use crate::error::{Context, Result};
 use crate::pipeline::Pipeline;
 pub use bertflow_calib::quantize::{
-    Codes, QuantKind, QuantSpec, Quantizer, Ranges, ITQ_ITERS, QUANT_SYNOPSIS,
+    Codes, QuantKind, QuantSpec, Quantizer, Ranges, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT,
+    QUANT_SYNOPSIS,
 };
 use bertflow_calib::{Calibrator, Fitted};
 pub use bertflow_kernels::codes::{dot_i8, hamming};
@@ -53,6 +54,8 @@ impl Output {
                 dim: c.dim,
                 signed: false,
             },
+            // Centroid indices, one byte per sub-vector.
+            QuantKind::Pq { .. } => Output::U8(c.bytes),
         }
     }
 
@@ -211,8 +214,8 @@ pub fn write_codes(path: &Path, out: &Output) -> Result<()> {
 /// quantizer's codes are meant to be compared: for sign bits `1 - 2 h / d`
 /// (the cosine of the +-1 vectors; `h` the Hamming distance), for int8/uint8
 /// codes with one global scale the cosine of the codes as integers (uint8
-/// minus 128), for per-dimension ranges the cosine of the dequantized
-/// vectors. A zero vector scores 0. Errors on codes that are not this
+/// minus 128), for per-dimension ranges and pq codes the cosine of the
+/// dequantized vectors (reconstructions). A zero vector scores 0. Errors on codes that are not this
 /// quantizer's (kind, width) or row counts that differ.
 pub fn similarity(q: &Quantizer, a: &Codes, b: &Codes) -> Result<Vec<f64>> {
     q.check_codes(a)?;
@@ -234,7 +237,7 @@ pub fn similarity(q: &Quantizer, a: &Codes, b: &Codes) -> Result<Vec<f64>> {
             })
             .collect());
     }
-    if q.spec.ranges == Ranges::Global {
+    if q.spec.ranges == Ranges::Global && !q.spec.kind.is_pq() {
         let signed = |c: &Codes| -> Array2<i8> {
             if c.signed() {
                 c.as_i8()
@@ -279,12 +282,12 @@ fn cosine(xy: f64, xx: f64, yy: f64) -> f64 {
 
 /// Vectors whose cosines are the code similarities of [`similarity`]: the
 /// codes of `x` under `q` as +-1 (bits), as integers (global int8/uint8,
-/// uint8 minus 128), or dequantized (per-dimension ranges). `eval` scores a
+/// uint8 minus 128), or dequantized (per-dimension ranges, pq). `eval` scores a
 /// calibrator file that ends in a quantizer through them.
 pub fn scoring_vectors(q: &Quantizer, x: ArrayView2<f32>) -> Result<Array2<f32>> {
     let c = q.quantize(x)?;
     Ok(match (q.spec.kind, q.spec.ranges) {
-        (QuantKind::Binary | QuantKind::Ubinary, _) => q.dequantize(&c)?,
+        (QuantKind::Binary | QuantKind::Ubinary | QuantKind::Pq { .. }, _) => q.dequantize(&c)?,
         (QuantKind::Int8, Ranges::Global) => c.as_i8().mapv(f32::from),
         (QuantKind::Uint8, Ranges::Global) => c.bytes.mapv(|v| f32::from(v) - 128.0),
         (_, Ranges::Dim) => q.dequantize(&c)?,

@@ -82,3 +82,29 @@ fn npy_bytes_and_bad_codes() {
     let full = q.quantize(x.view()).unwrap();
     assert!(similarity(&q, &full, &short).is_err());
 }
+
+#[test]
+fn pq_codes_are_uint8_scored_on_their_reconstructions() {
+    let x = data(300, 12);
+    let q = Quantizer::fit(&"pq:m=3,iters=2".parse::<QuantSpec>().unwrap(), x.view()).unwrap();
+    let a = q.quantize(x.slice(ndarray::s![..150, ..])).unwrap();
+    let b = q.quantize(x.slice(ndarray::s![150.., ..])).unwrap();
+    let sims = similarity(&q, &a, &b).unwrap();
+    let v = scoring_vectors(&q, x.view()).unwrap();
+    let (ra, rb) = (q.dequantize(&a).unwrap(), q.dequantize(&b).unwrap());
+    for (i, sim) in sims.iter().enumerate() {
+        assert!(
+            (sim - cos(v.row(i), v.row(150 + i))).abs() < 1e-6,
+            "row {i}"
+        );
+        assert!((sim - cos(ra.row(i), rb.row(i))).abs() < 1e-6, "row {i}");
+    }
+    let out = Output::from_codes(a.clone());
+    assert_eq!(
+        (out.rows(), out.dim(), out.bytes_per_row(), out.kind()),
+        (150, 3, 3, "uint8")
+    );
+    assert_eq!(out, Output::U8(a.bytes.clone()));
+    let other = Codes::new(QuantKind::Pq { m: 4 }, 12, Array2::zeros((150, 4))).unwrap();
+    assert!(similarity(&q, &a, &other).is_err());
+}

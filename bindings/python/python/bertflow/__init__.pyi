@@ -200,11 +200,21 @@ class Quantizer:
     ranges: str
     itq: bool
     iters: int
+    m: Optional[int]
+    opq: bool
+    opq_iters: Optional[int]
     n_features_in_: int
     code_bytes_: int
     objective_: list[float]
     def __init__(
-        self, kind: str = "binary", ranges: str = "global", itq: bool = False, iters: int = 50
+        self,
+        kind: str = "binary",
+        ranges: str = "global",
+        itq: bool = False,
+        iters: int = 50,
+        m: Optional[int] = None,
+        opq: bool = True,
+        opq_iters: Optional[int] = None,
     ) -> None: ...
     @property
     def spec(self) -> str: ...

@@ -1,5 +1,5 @@
-"""Compact codes: :class:`Quantizer` (int8, uint8, binary, ubinary, fitted on
-the corpus, in the scikit-learn shape) and the scores of code arrays,
+"""Compact codes: :class:`Quantizer` (int8, uint8, binary, ubinary, pq, fitted
+on the corpus, in the scikit-learn shape) and the scores of code arrays,
 :func:`hamming_similarity` and :func:`int8_dot`. A calibrator file may end in
 a quantizer stage (``bertflow fit --quantize``, ``Calibrator.fit(X,
 quantize=...)``); ``Calibrator.transform(X, quantize=True)`` then gives its
@@ -11,7 +11,7 @@ import numpy as np
 from . import _bertflow
 from ._calibrators import _BASES, NotFittedError, as_matrix
 
-KINDS = ("int8", "uint8", "binary", "ubinary")
+KINDS = ("int8", "uint8", "binary", "ubinary", "pq")
 
 
 class Quantizer(*_BASES):
@@ -22,30 +22,47 @@ class Quantizer(*_BASES):
             plus 128), ``"binary"`` (sign bits packed MSB-first as
             ``numpy.packbits``, stored as int8 ``byte - 128``, as
             sentence-transformers' ``quantize_embeddings``) or ``"ubinary"``
-            (the packed bytes as uint8).
+            (the packed bytes as uint8), or ``"pq"`` (product quantization:
+            ``m`` uint8 centroid indices per row, 256 centroids per
+            sub-vector; score through :meth:`inverse_transform`).
         ranges: int8/uint8: ``"global"`` (one scale ``max |x| / 127`` for
             every dimension: codes compare as integers) or ``"dim"``
             (per-dimension ``[min, max]`` in 256 steps).
         itq: binary/ubinary: rotate first by ITQ (Gong & Lazebnik 2011)
             fitted on the fit set.
         iters: ITQ iterations.
+        m: pq: sub-vectors, i.e. bytes per row (must divide the dimension).
+        opq: pq: fit a rotation first (OPQ, Ge et al. 2013).
+        opq_iters: pq: OPQ rounds (``None``: bertflow's default).
 
     Fitted attributes: ``quantizer_`` (the compiled quantizer),
     ``n_features_in_``, ``code_bytes_`` (bytes per row of codes),
-    ``objective_`` (ITQ's objective per iteration, non-increasing).
+    ``objective_`` (ITQ's objective per iteration, or OPQ's reconstruction
+    error per round; non-increasing).
     """
 
-    def __init__(self, kind="binary", ranges="global", itq=False, iters=50):
+    def __init__(self, kind="binary", ranges="global", itq=False, iters=50, m=None, opq=True,
+                 opq_iters=None):
         self.kind = kind
         self.ranges = ranges
         self.itq = itq
         self.iters = iters
+        self.m = m
+        self.opq = opq
+        self.opq_iters = opq_iters
 
     @property
     def spec(self):
         """The quantizer spec string, as ``bertflow fit --quantize`` takes it."""
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.kind == "pq":
+            if self.m is None:
+                raise ValueError("pq needs m, the number of sub-vectors (bytes per row)")
+            spec = f"pq:m={int(self.m)}"
+            if not self.opq:
+                return spec + ",opq=false"
+            return spec if self.opq_iters is None else f"{spec},opq=true,iters={int(self.opq_iters)}"
         if self.kind in ("int8", "uint8"):
             return self.kind if self.ranges == "global" else f"{self.kind}:ranges={self.ranges}"
         if not self.itq:
@@ -73,7 +90,7 @@ class Quantizer(*_BASES):
 
     def transform(self, X):
         """The codes of the rows of ``X``: int8 (``int8``, ``binary``) or
-        uint8 (``uint8``, ``ubinary``), shape (n_samples, code_bytes_)."""
+        uint8 (``uint8``, ``ubinary``, ``pq``), shape (n_samples, code_bytes_)."""
         return self._fitted().quantize(as_matrix(X))
 
     def fit_transform(self, X, y=None):
@@ -83,7 +100,8 @@ class Quantizer(*_BASES):
     def inverse_transform(self, C):
         """Vectors back from codes (float32): the centre of each code's step
         (``s q`` with one global scale), +-1 per dimension for bits (in the
-        ITQ-rotated space). Score per-dimension ranges through it."""
+        ITQ-rotated space), the centroids rotated back for pq. Score
+        per-dimension ranges and pq codes through it."""
         C = np.asarray(C)
         if C.dtype not in (np.int8, np.uint8):
             raise TypeError(f"codes must be int8 or uint8, not {C.dtype}")

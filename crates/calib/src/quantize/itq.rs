@@ -30,7 +30,7 @@ fn objective(z: &Array2<f64>) -> f64 {
 /// (Gram-Schmidt); a direction `M` annihilates (several equal sign columns
 /// make `M` singular) is completed with a unit vector orthogonal to the
 /// others, which leaves `tr(R^T M)` unchanged.
-fn polar(m: &Array2<f64>) -> Result<Array2<f64>> {
+pub(crate) fn polar(m: &Array2<f64>) -> Result<Array2<f64>> {
     let c = m.nrows();
     let (values, w) = stats::sym_eigen_desc(&m.t().dot(m))?;
     let max = values.first().copied().unwrap_or(0.0).max(0.0);

@@ -16,11 +16,17 @@
 //!   zero-padded); `ubinary` stores the byte, `binary` the int8 `byte - 128`
 //!   (sentence-transformers' two forms). Either compares by Hamming
 //!   distance on the raw bytes (the offset cancels in the XOR).
+//! - `pq:m=M`: product quantization (see [`pq`]): one byte per sub-vector,
+//!   the index of its nearest of 256 centroids (after the OPQ rotation);
+//!   score with [`Quantizer::dequantize`] (the centroids concatenated and
+//!   rotated back).
 
 mod itq;
+mod kmeans;
+pub mod pq;
 mod spec;
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, Array3, ArrayView2};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CalibError, Result};
@@ -28,7 +34,9 @@ use crate::io::{TensorReader, TensorWriter};
 use crate::linear::check_transform_input;
 use crate::stats;
 
-pub use spec::{QuantKind, QuantSpec, Ranges, ITQ_ITERS, QUANT_SYNOPSIS};
+pub use spec::{
+    QuantKind, QuantSpec, Ranges, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT, QUANT_SYNOPSIS,
+};
 
 /// Prefix of a quantizer's tensors in a calibrator file.
 pub const QUANTIZER_PREFIX: &str = "quantizer.";
@@ -47,10 +55,14 @@ pub struct Quantizer {
     /// Per-dimension minimum (`ranges=dim`).
     #[serde(skip)]
     start: Vec<f64>,
-    /// ITQ rotation (dim x dim).
+    /// ITQ or OPQ rotation (dim x dim).
     #[serde(skip)]
     rotation: Option<Array2<f64>>,
-    /// ITQ's objective before and after each iteration (not saved).
+    /// pq: centroids (m x 256 x dim / m).
+    #[serde(skip)]
+    centroids: Option<Array3<f32>>,
+    /// ITQ's objective before and after each iteration, or OPQ's after each
+    /// round (not saved).
     #[serde(skip)]
     objective: Vec<f64>,
 }
@@ -104,6 +116,20 @@ pub fn pack_signs(row: impl IntoIterator<Item = f64>, out: &mut [u8]) {
     }
 }
 
+/// An error unless `m` sub-vectors cut `dim` evenly.
+fn check_pq_width(spec: &QuantSpec, m: usize, dim: usize) -> Result<()> {
+    if m == 0 || !dim.is_multiple_of(m) {
+        return Err(CalibError::Spec {
+            spec: spec.to_string(),
+            reason: format!(
+                "m = {m} does not divide the dimension {dim}: pq cuts vectors into m equal \
+                 sub-vectors"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The format version of a file with `meta`'s quantizer stage (if any)
 /// after a calibrator of output dimension `out_dim`; an error when the
 /// stage takes another dimension, or the version recorded in `meta` is too
@@ -127,7 +153,8 @@ impl Quantizer {
     /// ranges of an all-zero matrix.
     pub fn fit(spec: &QuantSpec, x: ArrayView2<f32>) -> Result<Self> {
         let kind = spec.kind.name();
-        stats::check_fit_input(kind, x, 1)?;
+        let min_rows = if spec.kind.is_pq() { pq::CENTROIDS } else { 1 };
+        stats::check_fit_input(kind, x, min_rows)?;
         let dim = x.ncols();
         let mut q = Quantizer {
             spec: *spec,
@@ -135,9 +162,16 @@ impl Quantizer {
             scale: Vec::new(),
             start: Vec::new(),
             rotation: None,
+            centroids: None,
             objective: Vec::new(),
         };
-        if spec.kind.is_bits() {
+        if let QuantKind::Pq { m } = spec.kind {
+            check_pq_width(spec, m, dim)?;
+            let fit = pq::fit(x, m, spec.opq)?;
+            q.centroids = Some(fit.centroids);
+            q.rotation = fit.rotation;
+            q.objective = fit.objective;
+        } else if spec.kind.is_bits() {
             if let Some(iters) = spec.itq {
                 let v = x.mapv(f64::from);
                 let (r, history) = itq::fit(&v, iters)?;
@@ -169,13 +203,19 @@ impl Quantizer {
         self.spec.kind.bytes_per_row(self.dim)
     }
 
-    /// The ITQ rotation, if fitted with one.
+    /// The pq centroids (`m x 256 x dim / m`), for a `pq` quantizer.
+    pub fn centroids(&self) -> Option<&Array3<f32>> {
+        self.centroids.as_ref()
+    }
+
+    /// The ITQ or OPQ rotation, if fitted with one.
     pub fn rotation(&self) -> Option<&Array2<f64>> {
         self.rotation.as_ref()
     }
 
     /// ITQ's objective `||B - V R||^2` before the first and after each
-    /// iteration (empty without ITQ, and after loading).
+    /// iteration, or OPQ's `||X R - Y||^2` after the first k-means and each
+    /// round (empty without ITQ or OPQ, and after loading).
     pub fn objective(&self) -> &[f64] {
         &self.objective
     }
@@ -188,6 +228,10 @@ impl Quantizer {
     /// One line for logs.
     pub fn describe(&self) -> String {
         let what = match (self.spec.kind.is_bits(), self.spec.ranges, self.spec.itq) {
+            _ if self.spec.kind.is_pq() => match self.spec.opq {
+                Some(n) => format!("product quantizer after an OPQ rotation ({n} rounds)"),
+                None => "product quantizer".into(),
+            },
             (true, _, Some(n)) => format!("sign bits after an ITQ rotation ({n} iterations)"),
             (true, _, None) => "sign bits".into(),
             (false, Ranges::Global, _) => "one scale for every dimension".into(),
@@ -209,6 +253,11 @@ impl Quantizer {
         let mut bytes = Array2::<u8>::zeros((x.nrows(), width));
         let kind = self.spec.kind;
         match (kind, self.spec.ranges) {
+            (QuantKind::Pq { .. }, _) => {
+                let centroids = self.centroids.as_ref().expect("a fitted or loaded pq");
+                let z = pq::rotate(x, self.rotation.as_ref());
+                bytes = pq::encode(z.view(), centroids);
+            }
             (QuantKind::Binary | QuantKind::Ubinary, _) => {
                 let z = match &self.rotation {
                     Some(r) => x.mapv(f64::from).dot(r),
@@ -272,9 +321,17 @@ impl Quantizer {
 
     /// Vectors back from int8/uint8 codes (the centre of each code's step;
     /// for global ranges, `s q`). Bit codes give `+-1` per dimension (in
-    /// the ITQ-rotated space).
+    /// the ITQ-rotated space). pq codes give their centroids concatenated,
+    /// rotated back to the input's axes.
     pub fn dequantize(&self, codes: &Codes) -> Result<Array2<f32>> {
         self.check_codes(codes)?;
+        if let Some(centroids) = &self.centroids {
+            let y = pq::decode(codes.bytes.view(), centroids);
+            return Ok(match &self.rotation {
+                Some(r) => y.dot(&r.t().mapv(|v| v as f32)),
+                None => y,
+            });
+        }
         let n = codes.bytes.nrows();
         let mut y = Array2::<f32>::zeros((n, self.dim));
         for (mut out, row) in y.rows_mut().into_iter().zip(codes.bytes.rows()) {
@@ -322,6 +379,10 @@ impl Quantizer {
                 self.start.iter().copied(),
             );
         }
+        if let Some(c) = &self.centroids {
+            let (m, k, dsub) = c.dim();
+            w.f32(&format!("{p}centroids"), &[m, k, dsub], c.iter().copied());
+        }
         if let Some(r) = &self.rotation {
             w.f64(
                 &format!("{p}rotation"),
@@ -337,6 +398,21 @@ impl Quantizer {
             return Err(r.format_error("the quantizer has dimension 0".into()));
         }
         let bad = |r: &TensorReader, what: &str| r.format_error(format!("quantizer: {what}"));
+        if let QuantKind::Pq { m } = self.spec.kind {
+            check_pq_width(&self.spec, m, self.dim).map_err(|e| bad(r, &e.to_string()))?;
+            let dsub = self.dim / m;
+            let shape = [m, pq::CENTROIDS, dsub];
+            let c = r.f32(&format!("{p}centroids"), &shape)?;
+            let c = Array3::from_shape_vec(shape, c).map_err(|e| bad(r, &e.to_string()))?;
+            self.centroids = Some(c);
+            if let Some(rounds) = self.spec.opq {
+                if rounds == 0 {
+                    return Err(bad(r, "opq with 0 rounds"));
+                }
+                self.rotation = Some(r.matrix_f64(&format!("{p}rotation"), self.dim, self.dim)?);
+            }
+            return Ok(());
+        }
         match (self.spec.kind.is_bits(), self.spec.ranges) {
             (true, _) => {
                 if let Some(iters) = self.spec.itq {

@@ -1,5 +1,5 @@
 //! Quantizer specs: `int8[:ranges=global|dim]`, `uint8[:ranges=...]`,
-//! `binary[:itq=BOOL,iters=N]`, `ubinary[:...]`.
+//! `binary[:itq=BOOL,iters=N]`, `ubinary[:...]`, `pq:m=M[,opq=BOOL,iters=N]`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -21,6 +21,12 @@ pub enum QuantKind {
     Binary,
     /// Sign bits packed MSB-first, as uint8 (sentence-transformers' `ubinary`).
     Ubinary,
+    /// Product quantization: `m` sub-vectors, one byte (a centroid index
+    /// out of 256) each.
+    Pq {
+        /// Sub-vectors (bytes per row).
+        m: usize,
+    },
 }
 
 /// How int8/uint8 ranges are fitted.
@@ -40,6 +46,14 @@ pub enum Ranges {
 /// Iterations of ITQ unless `iters` says otherwise (Gong & Lazebnik use 50).
 pub const ITQ_ITERS: usize = 50;
 
+/// Rounds of OPQ's alternation (k-means, then the Procrustes rotation)
+/// unless `iters` says otherwise (faiss's `OPQMatrix` runs 50 from a random
+/// rotation; the eigenvalue-allocation start needs fewer).
+pub const OPQ_ITERS: usize = 20;
+
+/// Whether `pq` fits a rotation (OPQ) unless `opq` says otherwise.
+pub const PQ_OPQ_DEFAULT: bool = true;
+
 /// What quantizer to fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuantSpec {
@@ -51,16 +65,20 @@ pub struct QuantSpec {
     /// binary/ubinary: ITQ iterations (`None`: no ITQ rotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub itq: Option<usize>,
+    /// pq: OPQ rounds (`None`: no rotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opq: Option<usize>,
 }
 
 impl QuantKind {
-    /// The name in specs (`int8`, `uint8`, `binary`, `ubinary`).
+    /// The name in specs (`int8`, `uint8`, `binary`, `ubinary`, `pq`).
     pub fn name(self) -> &'static str {
         match self {
             QuantKind::Int8 => "int8",
             QuantKind::Uint8 => "uint8",
             QuantKind::Binary => "binary",
             QuantKind::Ubinary => "ubinary",
+            QuantKind::Pq { .. } => "pq",
         }
     }
 
@@ -69,23 +87,30 @@ impl QuantKind {
         matches!(self, QuantKind::Binary | QuantKind::Ubinary)
     }
 
+    /// Whether the codes are product-quantizer centroid indices.
+    pub fn is_pq(self) -> bool {
+        matches!(self, QuantKind::Pq { .. })
+    }
+
     /// Bytes per row of codes of `dim` dimensions.
     pub fn bytes_per_row(self, dim: usize) -> usize {
-        if self.is_bits() {
-            dim.div_ceil(8)
-        } else {
-            dim
+        match self {
+            QuantKind::Pq { m } => m,
+            _ if self.is_bits() => dim.div_ceil(8),
+            _ => dim,
         }
     }
 }
 
 impl QuantSpec {
-    /// A spec of this kind with the defaults (global ranges, no ITQ).
+    /// A spec of this kind with the defaults (global ranges, no ITQ; for
+    /// `pq`, OPQ with [`OPQ_ITERS`] rounds).
     pub fn of(kind: QuantKind) -> Self {
         QuantSpec {
             kind,
             ranges: Ranges::Global,
             itq: None,
+            opq: (kind.is_pq() && PQ_OPQ_DEFAULT).then_some(OPQ_ITERS),
         }
     }
 }
@@ -93,7 +118,8 @@ impl QuantSpec {
 /// The grammar, for help texts.
 pub const QUANT_SYNOPSIS: &str =
     "int8[:ranges=global|dim], uint8[:ranges=global|dim], binary[:itq=false|true,iters=N], \
-     ubinary[:itq=false|true,iters=N]";
+     ubinary[:itq=false|true,iters=N], pq:m=M[,opq=true|false,iters=N] (M bytes per vector, \
+     M dividing the dimension)";
 
 impl FromStr for QuantSpec {
     type Err = CalibError;
@@ -112,6 +138,7 @@ impl FromStr for QuantSpec {
             "uint8" => QuantKind::Uint8,
             "binary" => QuantKind::Binary,
             "ubinary" => QuantKind::Ubinary,
+            "pq" => return parse_pq(s, opts),
             _ => {
                 return Err(err(format!(
                     "unknown quantizer {name:?}; valid: {QUANT_SYNOPSIS}"
@@ -174,9 +201,78 @@ impl FromStr for QuantSpec {
     }
 }
 
+/// The options of `pq:m=M[,opq=BOOL,iters=N]`.
+fn parse_pq(s: &str, opts: Option<&str>) -> Result<QuantSpec> {
+    let err = |reason: String| CalibError::Spec {
+        spec: s.to_string(),
+        reason,
+    };
+    let (mut m, mut opq, mut iters, mut seen) = (None, PQ_OPQ_DEFAULT, None, Vec::new());
+    for item in opts.into_iter().flat_map(|o| o.split(',')) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(err(format!("option {item:?} is not of the form key=value")));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if seen.contains(&key) {
+            return Err(err(format!("option {key:?} given twice")));
+        }
+        seen.push(key);
+        match key {
+            "m" => match value.parse::<usize>() {
+                Ok(n) if (1..=65_536).contains(&n) => m = Some(n),
+                _ => {
+                    return Err(err(format!(
+                        "m (sub-vectors, bytes per vector) must be an integer in 1..=65536, got \
+                         {value:?}"
+                    )))
+                }
+            },
+            "opq" => {
+                opq = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(err(format!("opq={value:?}: valid values: true, false"))),
+                }
+            }
+            "iters" => match value.parse::<usize>() {
+                Ok(n) if (1..=10_000).contains(&n) => iters = Some(n),
+                _ => {
+                    return Err(err(format!(
+                        "iters must be an integer in 1..=10000, got {value:?}"
+                    )))
+                }
+            },
+            _ => {
+                return Err(err(format!(
+                    "unknown option {key:?}; valid options for pq: m, opq, iters"
+                )))
+            }
+        }
+    }
+    let Some(m) = m else {
+        return Err(err(
+            "pq needs m, the number of sub-vectors (bytes per vector): pq:m=64".into(),
+        ));
+    };
+    if iters.is_some() && !opq {
+        return Err(err("iters applies with opq=true".into()));
+    }
+    let mut spec = QuantSpec::of(QuantKind::Pq { m });
+    spec.opq = opq.then(|| iters.unwrap_or(OPQ_ITERS));
+    Ok(spec)
+}
+
 impl fmt::Display for QuantSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.kind.name())?;
+        if let QuantKind::Pq { m } = self.kind {
+            write!(f, ":m={m}")?;
+            return match self.opq {
+                Some(OPQ_ITERS) if PQ_OPQ_DEFAULT => Ok(()),
+                Some(n) => write!(f, ",opq=true,iters={n}"),
+                None => f.write_str(",opq=false"),
+            };
+        }
         if !self.kind.is_bits() && self.ranges == Ranges::Dim {
             f.write_str(":ranges=dim")?;
         }
