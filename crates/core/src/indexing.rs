@@ -488,13 +488,16 @@ pub fn external_identity(dimension: usize) -> Identity {
 /// The model an index of [`external_identity`] records.
 pub const EXTERNAL_MODEL: &str = "external";
 
-/// Write every row of `input` to `writer`, `chunk` rows per segment.
+/// Write every row of `input` to `writer`, `chunk` rows per segment, after
+/// checking one sentence per row and the index's dimension (`index add
+/// --vectors`; a quantized index codes them with its quantizer).
 pub fn write_vectors(
     input: &mut VectorsInput,
     chunk: usize,
     writer: &mut IndexWriter,
     progress: &dyn Progress,
 ) -> Result<usize> {
+    input.check(writer.identity().dimension)?;
     let n = input.rows.rows();
     let bar = progress.bar(n as u64, "writing the vectors", "vectors");
     let mut done = 0;

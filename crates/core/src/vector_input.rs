@@ -161,9 +161,20 @@ fn projection(
         .map_err(|e| bad(path, e))
 }
 
+/// `f()`, with a panic of the parquet crate (it panics on some damaged
+/// metadata) turned into an error naming `path`: outside bytes never panic.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
+        bad(
+            path,
+            "not a readable Parquet file (damaged metadata or pages)",
+        )
+    })
+}
+
 fn open_parquet(path: &Path) -> Result<SerializedFileReader<std::fs::File>> {
     let file = std::fs::File::open(path).map_err(CoreError::io("open", path))?;
-    SerializedFileReader::new(file)
+    guarded(path, || SerializedFileReader::new(file))?
         .map_err(|e| bad(path, format!("not a readable Parquet file ({e})")))
 }
 
@@ -220,9 +231,10 @@ impl ParquetRows {
                 };
                 let reader = open_parquet(f)?;
                 let proj = projection(f, &reader, &self.text, &self.vector)?;
-                let iter = RowIter::from_file_into(Box::new(reader))
-                    .project(Some(proj))
-                    .map_err(|e| bad(f, e))?;
+                let iter = guarded(f, || {
+                    RowIter::from_file_into(Box::new(reader)).project(Some(proj))
+                })?
+                .map_err(|e| bad(f, e))?;
                 self.current = Some((self.next_file, iter));
                 self.next_file += 1;
             }
@@ -230,7 +242,8 @@ impl ParquetRows {
                 continue;
             };
             let path = &self.files[*file];
-            let Some(row) = iter.next() else {
+            let next = guarded(path, || iter.next());
+            let Some(row) = next.inspect_err(|_| self.next_file = self.files.len())? else {
                 self.current = None;
                 continue;
             };

@@ -109,3 +109,26 @@ fn bad_parquet_input_is_an_error_naming_the_problem() {
     let e = error(empty.path().to_str().unwrap(), "text", "embedding");
     assert!(e.contains("without .parquet files"), "{e}");
 }
+
+/// Damaged bytes inside a Parquet file (its pages, its footer) are an error
+/// or, where the damage hits only values, rows that read; never a panic.
+#[test]
+fn damaged_parquet_bytes_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(fixture("vectors.parquet")).unwrap();
+    let path = dir.path().join("d.parquet");
+    for at in (4..bytes.len() - 8).step_by(7) {
+        for flip in [0x01u8, 0xff] {
+            let mut b = bytes.clone();
+            b[at] ^= flip;
+            std::fs::write(&path, &b).unwrap();
+            let result = std::panic::catch_unwind(|| {
+                let Ok(mut source) = open_rows(&path, "text", "embedding") else {
+                    return;
+                };
+                while let Ok(Some(_)) = source.next_rows(2) {}
+            });
+            assert!(result.is_ok(), "byte {at} ^ {flip:#x} panicked");
+        }
+    }
+}
