@@ -17,6 +17,9 @@ pub const PARQUET_TEXT_COLUMN: &str = "text";
 /// The Spark job's embedding column (`array<float>`).
 pub const PARQUET_VECTOR_COLUMN: &str = "embedding";
 
+/// Some rows of vectors and, when the source holds them, their sentences.
+pub type Rows = (Array2<f32>, Option<Vec<String>>);
+
 /// Rows of vectors (and, for Parquet, their sentences) read in order.
 pub trait RowSource {
     /// Rows in all.
@@ -25,7 +28,7 @@ pub trait RowSource {
     fn cols(&self) -> usize;
     /// Up to `max_rows` next rows, and their sentences when the source holds
     /// them; `None` at the end.
-    fn next_rows(&mut self, max_rows: usize) -> Result<Option<(Array2<f32>, Option<Vec<String>>)>>;
+    fn next_rows(&mut self, max_rows: usize) -> Result<Option<Rows>>;
     /// The rows `indices` (increasing), read without moving the position of
     /// `next_rows` (used before the first `next_rows`).
     fn sample(&mut self, indices: &[usize]) -> Result<Array2<f32>>;
@@ -38,7 +41,7 @@ impl RowSource for MatrixReader {
     fn cols(&self) -> usize {
         MatrixReader::cols(self)
     }
-    fn next_rows(&mut self, max_rows: usize) -> Result<Option<(Array2<f32>, Option<Vec<String>>)>> {
+    fn next_rows(&mut self, max_rows: usize) -> Result<Option<Rows>> {
         Ok(self.next_chunk(max_rows)?.map(|m| (m, None)))
     }
     fn sample(&mut self, indices: &[usize]) -> Result<Array2<f32>> {
@@ -65,7 +68,7 @@ impl RowSource for MemoryRows<'_> {
     fn cols(&self) -> usize {
         self.matrix.ncols()
     }
-    fn next_rows(&mut self, max_rows: usize) -> Result<Option<(Array2<f32>, Option<Vec<String>>)>> {
+    fn next_rows(&mut self, max_rows: usize) -> Result<Option<Rows>> {
         let n = self.matrix.nrows();
         if self.next >= n {
             return Ok(None);
@@ -325,7 +328,7 @@ impl RowSource for ParquetRows {
     fn cols(&self) -> usize {
         self.cols
     }
-    fn next_rows(&mut self, max_rows: usize) -> Result<Option<(Array2<f32>, Option<Vec<String>>)>> {
+    fn next_rows(&mut self, max_rows: usize) -> Result<Option<Rows>> {
         let mut flat = Vec::new();
         let mut texts = Vec::new();
         while texts.len() < max_rows.max(1) {

@@ -127,7 +127,7 @@ class Index:
         self,
         queries: Union[_Matrix, Iterable[str]],
         k: int = 10,
-        rescore: int = 20,
+        rescore: int = 50,
         exact: bool = False,
         threads: int = 0,
         return_texts: bool = False,
