@@ -122,7 +122,7 @@ impl Bar for CallbackBar {
 
 impl PyEncoder {
     /// The pipeline, locked with the GIL released.
-    fn with_pipeline<T: Send>(
+    pub(crate) fn with_pipeline<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut Pipeline) -> T + Send,

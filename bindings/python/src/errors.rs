@@ -107,6 +107,7 @@ pub fn core(e: CoreError) -> PyErr {
         CoreError::Data(inner) => data_kind(inner, msg),
         CoreError::Io { source, .. } => io_error(source, msg),
         CoreError::Write(w) => io_error(&w.source, msg),
+        CoreError::Index(inner) => index_kind(inner, msg),
         CoreError::Eval(_)
         | CoreError::Input(_)
         | CoreError::Setting { .. }
@@ -115,4 +116,16 @@ pub fn core(e: CoreError) -> PyErr {
         _ => PyRuntimeError::new_err(msg),
     };
     mapped
+}
+
+/// An index file error: bad input (a damaged file, other settings, a bad
+/// argument) is a `ValueError`, a failed read or write an `OSError`.
+fn index_kind(e: &bertflow_core::index::IndexError, msg: String) -> PyErr {
+    use bertflow_core::index::IndexError;
+    match e {
+        IndexError::Io(_) | IndexError::Changed(_) => PyOSError::new_err(msg),
+        IndexError::Corrupt(_) | IndexError::Mismatch(_) | IndexError::Invalid(_) => {
+            PyValueError::new_err(msg)
+        }
+    }
 }

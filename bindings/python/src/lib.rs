@@ -13,6 +13,7 @@ mod encoder;
 mod errors;
 mod export;
 mod fitted;
+mod index;
 mod moments;
 mod quantize;
 mod rerank;
@@ -32,5 +33,6 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sts::register(m)?;
     export::register(m)?;
     rerank::register(m)?;
+    index::register(m)?;
     Ok(())
 }

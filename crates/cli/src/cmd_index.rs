@@ -9,8 +9,9 @@ use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::index::{AnnFiles, AnnParams, Index, IndexWriter, SearchParams};
 use bertflow_core::indexing::{
-    add_vectors_to_index, build_ann, build_index, build_index_from_vectors, embed_into_index,
-    QuantizeWith, DEFAULT_RESCORE,
+    build_ann, build_index, build_index_from_vectors, check_vectors_file, embed_into_index,
+    open_rows, write_vectors, QuantizeWith, VectorsInput, DEFAULT_CHUNK, DEFAULT_RESCORE,
+    PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
 };
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::quantize::QuantSpec;
@@ -126,26 +127,33 @@ pub struct EmbedSettings {
     /// --corpus-jsonl). Empty lines are skipped.
     #[arg(long, value_name = "FILE", required_unless_present = "vectors")]
     pub corpus: Option<PathBuf>,
-    /// Vectors made elsewhere (`bertflow encode`, the Spark job), .npy or .safetensors,
-    /// one row per line of --texts, made with the model, pooling and calibrator given
-    /// here (a .safetensors file's declared settings are checked; a .npy declares none).
-    /// Stored as they are (`index add`: coded with the index's quantizer).
+    /// Vectors made elsewhere (`bertflow encode`, the Spark job): .npy or .safetensors
+    /// (one row per line of --texts), or Parquet (a .parquet file or the Spark job's
+    /// output folder: sentences and vectors from --text-column and --vector-column),
+    /// made with the model, pooling and calibrator given here (a .safetensors file's
+    /// declared settings are checked; .npy and Parquet declare none). Stored as they are.
     #[arg(
         long = "vectors",
         id = "vectors",
         value_name = "FILE",
-        requires = "texts",
         conflicts_with = "corpus"
     )]
     pub vector_file: Option<PathBuf>,
-    /// The sentences of --vectors, one per line (empty lines kept: line i is row i).
+    /// The sentences of a .npy or .safetensors --vectors, one per line (empty lines
+    /// kept: line i is row i).
     #[arg(long, value_name = "FILE", requires = "vectors")]
     pub texts: Option<PathBuf>,
+    /// Parquet --vectors: the column of sentences (a string column).
+    #[arg(long, default_value = PARQUET_TEXT_COLUMN, value_name = "NAME")]
+    pub text_column: String,
+    /// Parquet --vectors: the column of vectors (array<float> or array<double>).
+    #[arg(long, default_value = PARQUET_VECTOR_COLUMN, value_name = "NAME")]
+    pub vector_column: String,
     /// Treat the corpus as JSONL whatever its extension.
     #[arg(long)]
     pub corpus_jsonl: bool,
     /// Sentences embedded and written per segment (bounds the memory used).
-    #[arg(long, default_value_t = 8192, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CHUNK, value_name = "N")]
     pub chunk: usize,
 }
 
@@ -255,24 +263,6 @@ fn corpus(s: &EmbedSettings) -> Result<Vec<String>> {
     Ok(texts)
 }
 
-/// A `.npy` file of vectors declares no settings: say that the ones given are
-/// recorded as those that made them.
-fn note_undeclared(vectors: &Path) {
-    if vectors.extension().is_none_or(|e| e != "safetensors") {
-        progress::note(format!(
-            "{} declares no model: the index records the settings given, which must be those that made the vectors",
-            vectors.display()
-        ));
-    }
-}
-
-/// The sentences of `--texts`, one per line, empty lines kept (line i names row i).
-fn vector_texts(texts: &Path) -> Result<Vec<String>> {
-    Ok(read_sentences(texts, false, EmptyLines::Keep)
-        .context("cannot read --texts")?
-        .texts)
-}
-
 /// `index add`: embed the corpus into the index, checking the settings first.
 fn embed(s: &EmbedSettings, index: &Path, quantize: Option<&QuantSpec>) -> Result<(usize, u64)> {
     let pipeline = open_pipeline(&s.vectors)?;
@@ -289,13 +279,19 @@ fn embed(s: &EmbedSettings, index: &Path, quantize: Option<&QuantSpec>) -> Resul
         ),
         _ => {}
     }
-    let added = match (&s.vector_file, &s.texts) {
-        (Some(vectors), Some(texts)) => {
-            note_undeclared(vectors);
-            let texts = vector_texts(texts)?;
-            add_vectors_to_index(&pipeline, vectors, &texts, s.chunk, &mut writer)?
+    let added = match &s.vector_file {
+        Some(vectors) => {
+            check_vectors_file(&pipeline, vectors)?;
+            let texts = vector_texts(s, vectors)?;
+            let mut rows = open_rows(vectors, &s.text_column, &s.vector_column)?;
+            let mut input = VectorsInput {
+                rows: &mut *rows,
+                texts: texts.as_deref(),
+                what: vectors.display().to_string(),
+            };
+            write_vectors(&mut input, s.chunk, &mut writer, &*progress::handle())?
         }
-        _ => embed_into_index(&pipeline, &corpus(s)?, s.chunk, &mut writer)?,
+        None => embed_into_index(&pipeline, &corpus(s)?, s.chunk, &mut writer)?,
     };
     Ok((added, writer.finish()?))
 }
@@ -305,21 +301,56 @@ fn build(b: &BuildArgs) -> Result<u64> {
     let s = &b.settings;
     let pipeline = open_pipeline(&s.vectors)?;
     let quantize = QuantizeWith::of(&pipeline, b.quantize.as_ref())?;
-    match (&s.vector_file, &s.texts) {
-        (Some(vectors), Some(texts)) => {
-            note_undeclared(vectors);
-            let texts = vector_texts(texts)?;
+    match &s.vector_file {
+        Some(vectors) => {
+            let texts = vector_texts(s, vectors)?;
             Ok(build_index_from_vectors(
-                &pipeline, vectors, &texts, s.chunk, &b.output, quantize,
+                &pipeline,
+                vectors,
+                texts.as_deref(),
+                (&s.text_column, &s.vector_column),
+                s.chunk,
+                &b.output,
+                quantize,
             )?)
         }
-        _ => Ok(build_index(
+        None => Ok(build_index(
             &pipeline,
             &corpus(s)?,
             s.chunk,
             &b.output,
             quantize,
         )?),
+    }
+}
+
+/// The sentences of `--vectors`: `--texts` for a matrix file (required),
+/// none for Parquet (its text column); notes that a file without declared
+/// settings is taken on trust.
+fn vector_texts(s: &EmbedSettings, vectors: &Path) -> Result<Option<Vec<String>>> {
+    if vectors.extension().is_none_or(|e| e != "safetensors") {
+        progress::note(format!(
+            "{} declares no model: the index records the settings given, which must be those that made the vectors",
+            vectors.display()
+        ));
+    }
+    let parquet = bertflow_core::vector_input::is_parquet(vectors);
+    match (&s.texts, parquet) {
+        (Some(_), true) => anyhow::bail!(
+            "{} is Parquet: its sentences come from its column {:?}; drop --texts",
+            vectors.display(),
+            s.text_column
+        ),
+        (None, true) => Ok(None),
+        (None, false) => anyhow::bail!(
+            "give the sentences of {} with --texts (one per line, line i is row i)",
+            vectors.display()
+        ),
+        (Some(texts), false) => Ok(Some(
+            read_sentences(texts, false, EmptyLines::Keep)
+                .context("cannot read --texts")?
+                .texts,
+        )),
     }
 }
 

@@ -11,6 +11,8 @@ use ndarray::{Array2, ArrayView2};
 use std::path::Path;
 use std::sync::Arc;
 
+pub use crate::vector_input::{open_rows, RowSource, PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN};
+
 /// Embed `texts` `chunk` sentences at a time through `pipeline` (its pooling,
 /// token weights and calibrator) and write each chunk as a segment of
 /// `writer`. Memory is bounded by the chunk, whatever the corpus size.
@@ -161,6 +163,10 @@ pub fn adopt_index_settings(config: &mut crate::PipelineConfig, index: &Path) ->
 /// Vectors the quantizer of a quantized index is fitted on, at most: an
 /// evenly spaced sample of a vectors file, or the first chunk embedded.
 pub const QUANTIZER_FIT_ROWS: usize = 65_536;
+
+/// Sentences embedded (or vectors written) per segment, by default (`--chunk`):
+/// bounds the memory of a build.
+pub const DEFAULT_CHUNK: usize = 8192;
 
 /// Candidates rescored exactly per result asked (`--rescore`), by default.
 pub use bertflow_index::DEFAULT_RESCORE;
@@ -435,60 +441,105 @@ pub fn check_declared(
     )))
 }
 
-/// Open a vectors file (`.npy` or `.safetensors`) made elsewhere for the
-/// rows of `texts`, checked against the settings it declares and the
-/// pipeline's dimension.
-fn open_vectors(
-    pipeline: &Pipeline,
-    vectors: &Path,
-    texts: &[String],
-) -> Result<crate::matrix_file::MatrixReader> {
-    use crate::matrix_file::MatrixReader;
+/// Where the vectors of `index build|add --vectors` come from and how their
+/// sentences are found.
+pub struct VectorsInput<'a> {
+    /// The rows (a file's reader, or a matrix in memory).
+    pub rows: &'a mut dyn RowSource,
+    /// The sentences, one per row, unless the rows carry them (Parquet).
+    pub texts: Option<&'a [String]>,
+    /// Named in messages (the file, or "the vectors").
+    pub what: String,
+}
+
+impl VectorsInput<'_> {
+    /// Error unless there is one sentence per row and rows of `dimension`.
+    pub fn check(&self, dimension: usize) -> Result<()> {
+        let rows = self.rows.rows();
+        match self.texts {
+            Some(t) if t.len() != rows => {
+                return Err(crate::CoreError::Input(format!(
+                    "{} holds {rows} vectors for {} sentences: one row per sentence",
+                    self.what,
+                    t.len()
+                )))
+            }
+            _ => {}
+        }
+        if self.rows.cols() != dimension {
+            return Err(crate::CoreError::Input(format!(
+                "{} holds vectors of dimension {}; the index's are of dimension {dimension}",
+                self.what,
+                self.rows.cols()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The settings `vectors` declares (a `.safetensors` file written by
+/// `bertflow encode`), checked against `pipeline`'s.
+pub fn check_vectors_file(pipeline: &Pipeline, vectors: &Path) -> Result<()> {
     if let Some(declared) = declared_settings(vectors)? {
         check_declared(&declared, pipeline, vectors)?;
     }
-    let identity = pipeline.identity()?;
-    let reader = MatrixReader::open(vectors)?;
-    if reader.rows() != texts.len() {
-        return Err(crate::CoreError::Input(format!(
-            "{} holds {} vectors for {} sentences: one row per sentence",
-            vectors.display(),
-            reader.rows(),
-            texts.len()
-        )));
-    }
-    if reader.cols() != identity.dimension {
-        return Err(crate::CoreError::Input(format!(
-            "{} holds vectors of dimension {}; the settings given make {}",
-            vectors.display(),
-            reader.cols(),
-            identity.dimension
-        )));
-    }
-    Ok(reader)
+    Ok(())
 }
 
-/// Write every row of `reader` (the vectors of `texts`) into `writer`,
-/// `chunk` rows at a time.
-fn write_vectors(
-    pipeline: &Pipeline,
-    reader: &mut crate::matrix_file::MatrixReader,
-    texts: &[String],
+/// The identity of vectors made by no model bertflow knows (the Python
+/// `Index.build` from an array without an `Encoder`): such an index is
+/// searched with vectors only, and `serve --index` refuses it.
+pub fn external_identity(dimension: usize) -> Identity {
+    Identity {
+        model: EXTERNAL_MODEL.to_owned(),
+        pooling: "none".to_owned(),
+        calibrator: None,
+        dimension,
+        precision: "fp32".to_owned(),
+    }
+}
+
+/// The model an index of [`external_identity`] records.
+pub const EXTERNAL_MODEL: &str = "external";
+
+/// Write every row of `input` to `writer`, `chunk` rows per segment, after
+/// checking one sentence per row and the index's dimension (`index add
+/// --vectors`; a quantized index codes them with its quantizer).
+pub fn write_vectors(
+    input: &mut VectorsInput,
     chunk: usize,
     writer: &mut IndexWriter,
+    progress: &dyn Progress,
 ) -> Result<usize> {
-    let n = reader.rows();
-    let bar = pipeline
-        .embedder()
-        .progress
-        .bar(n as u64, "writing the vectors", "vectors");
+    input.check(writer.identity().dimension)?;
+    let n = input.rows.rows();
+    let bar = progress.bar(n as u64, "writing the vectors", "vectors");
     let mut done = 0;
-    while let Some(part) = reader.next_chunk(chunk.max(1))? {
+    while let Some((part, own_texts)) = input.rows.next_rows(chunk.max(1))? {
         let rows = part.nrows();
+        let part = part.as_standard_layout();
         let flat = part
             .as_slice()
             .ok_or_else(|| crate::CoreError::Input("the vectors are not contiguous".into()))?;
-        writer.add(flat, &texts[done..done + rows])?;
+        let texts: &[String] = match (input.texts, &own_texts) {
+            (Some(t), None) => t.get(done..done + rows).ok_or_else(|| {
+                crate::CoreError::Input(format!("{}: more rows than sentences", input.what))
+            })?,
+            (None, Some(t)) => t,
+            (Some(_), Some(_)) => {
+                return Err(crate::CoreError::Input(format!(
+                    "{} holds the sentences: give no other texts",
+                    input.what
+                )))
+            }
+            (None, None) => {
+                return Err(crate::CoreError::Input(format!(
+                    "{} holds no sentences: give them (one per row, --texts)",
+                    input.what
+                )))
+            }
+        };
+        writer.add(flat, texts)?;
         done += rows;
         bar.set_position(done as u64);
     }
@@ -496,51 +547,64 @@ fn write_vectors(
     Ok(done)
 }
 
-/// `index build --vectors`: write the vectors of `vectors` (`.npy` or
-/// `.safetensors` of float32/float64, one row per sentence of `texts`, made
-/// elsewhere with `pipeline`'s model, pooling and calibrator: they are stored
-/// as they are, not calibrated again) to a new index at `path`, `chunk` rows
-/// per segment, quantized as `quantize` says (a fitted quantizer is fitted on
-/// an evenly spaced sample of at most [`QUANTIZER_FIT_ROWS`] rows). A
-/// `.safetensors` file's declared settings must be the pipeline's; a `.npy`
-/// file declares none (the caller says so). Returns the sentences written.
+/// `index build --vectors`, Python `Index.build(vectors=...)`: write the rows
+/// of `input` (made elsewhere with the model, pooling and calibrator that
+/// `identity` names: stored as they are, not calibrated again) to a new index
+/// at `path`, `chunk` rows per segment, quantized as `quantize` says (a
+/// fitted quantizer is fitted on an evenly spaced sample of at most
+/// [`QUANTIZER_FIT_ROWS`] rows). Returns the sentences written.
+pub fn build_index_from_rows(
+    identity: &Identity,
+    mut input: VectorsInput,
+    chunk: usize,
+    path: &Path,
+    quantize: QuantizeWith,
+    progress: &dyn Progress,
+) -> Result<u64> {
+    input.check(identity.dimension)?;
+    let n = input.rows.rows();
+    let sample = match quantize {
+        QuantizeWith::Nothing => Array2::zeros((0, identity.dimension)),
+        _ => {
+            let m = n.min(QUANTIZER_FIT_ROWS);
+            let rows: Vec<usize> = (0..m).map(|i| i * n / m).collect();
+            input.rows.sample(&rows)?
+        }
+    };
+    let what = format!("an even sample of {}", input.what);
+    let mut writer = create_writer(path, identity, quantize, sample.view(), &what)?;
+    drop(sample);
+    write_vectors(&mut input, chunk, &mut writer, progress)?;
+    Ok(writer.finish()?)
+}
+
+/// `index build --vectors FILE`: [`build_index_from_rows`] over a `.npy`,
+/// `.safetensors` or Parquet file (sentences from `texts`, or the Parquet
+/// file's `text_column`), after checking the settings a `.safetensors` file
+/// declares against `pipeline`'s. Returns the sentences written.
+#[allow(clippy::too_many_arguments)]
 pub fn build_index_from_vectors(
     pipeline: &Pipeline,
     vectors: &Path,
-    texts: &[String],
+    texts: Option<&[String]>,
+    columns: (&str, &str),
     chunk: usize,
     path: &Path,
     quantize: QuantizeWith,
 ) -> Result<u64> {
-    let mut reader = open_vectors(pipeline, vectors, texts)?;
-    let identity = pipeline.identity()?;
-    let n = reader.rows();
-    let sample = match quantize {
-        QuantizeWith::Nothing => Array2::zeros((0, reader.cols())),
-        _ => {
-            let m = n.min(QUANTIZER_FIT_ROWS);
-            let rows: Vec<usize> = (0..m).map(|i| i * n / m).collect();
-            reader.read_rows(&rows)?
-        }
+    check_vectors_file(pipeline, vectors)?;
+    let mut rows = open_rows(vectors, columns.0, columns.1)?;
+    let input = VectorsInput {
+        rows: &mut *rows,
+        texts,
+        what: vectors.display().to_string(),
     };
-    let what = format!("an even sample of {}", vectors.display());
-    let mut writer = create_writer(path, &identity, quantize, sample.view(), &what)?;
-    drop(sample);
-    write_vectors(pipeline, &mut reader, texts, chunk, &mut writer)?;
-    Ok(writer.finish()?)
-}
-
-/// `index add --vectors`: append vectors made elsewhere (checked as
-/// [`build_index_from_vectors`] checks them) to an open index; a quantized
-/// index codes them with the quantizer it was built with. Returns the rows
-/// added.
-pub fn add_vectors_to_index(
-    pipeline: &Pipeline,
-    vectors: &Path,
-    texts: &[String],
-    chunk: usize,
-    writer: &mut IndexWriter,
-) -> Result<usize> {
-    let mut reader = open_vectors(pipeline, vectors, texts)?;
-    write_vectors(pipeline, &mut reader, texts, chunk, writer)
+    build_index_from_rows(
+        &pipeline.identity()?,
+        input,
+        chunk,
+        path,
+        quantize,
+        &*pipeline.embedder().progress,
+    )
 }

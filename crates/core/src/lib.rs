@@ -47,6 +47,8 @@ pub mod report;
 pub mod rerank;
 pub mod st_pipeline;
 pub mod tokens;
+#[cfg(feature = "index")]
+pub mod vector_input;
 pub mod weighting;
 
 // Core is the only door: front ends (the CLI, the server, the Python

@@ -230,6 +230,11 @@ impl IndexWriter {
         self.footer.quantizer.as_ref()
     }
 
+    /// What produced the vectors of the index written.
+    pub fn identity(&self) -> &Identity {
+        &self.footer.identity
+    }
+
     /// Sentences written so far (including those of an appended-to index).
     pub fn count(&self) -> u64 {
         self.footer.count

@@ -126,6 +126,16 @@ fn the_scan_keeps_the_best_codes_and_rescoring_is_exact() {
                 index.search_with(&query, 10, &all_rows).unwrap(),
                 index.search_exact(&query, 10).unwrap()
             );
+            // A rescore far beyond the rows is the same search (it used to
+            // abort the process: the top-k reserved rescore x k slots).
+            let huge = SearchParams {
+                rescore: usize::MAX / 4,
+                threads: 2,
+            };
+            assert_eq!(
+                index.search_with(&query, 10, &huge).unwrap(),
+                index.search_exact(&query, 10).unwrap()
+            );
         }
         // k over the count, k = 0, a wrong dimension, rescore 0.
         let query = vectors(1, D, 7);

@@ -111,6 +111,45 @@ class Reranker:
 
 def is_reranker(model: _Path) -> bool: ...
 
+class Index:
+    @staticmethod
+    def build(
+        path: _Path,
+        vectors: Optional[_Matrix] = None,
+        texts: Optional[Iterable[str]] = None,
+        quantize: Optional[str] = None,
+        encoder: Optional["Encoder"] = None,
+        chunk: int = 8192,
+    ) -> "Index": ...
+    @staticmethod
+    def open(path: _Path, encoder: Optional["Encoder"] = None, verify: bool = False) -> "Index": ...
+    def search(
+        self,
+        queries: Union[_Matrix, Iterable[str]],
+        k: int = 10,
+        rescore: int = 50,
+        exact: bool = False,
+        threads: int = 0,
+        return_texts: bool = False,
+    ) -> Tuple[Any, ...]: ...
+    def add(
+        self,
+        vectors: Optional[_Matrix] = None,
+        texts: Optional[Iterable[str]] = None,
+        encoder: Optional["Encoder"] = None,
+        chunk: int = 8192,
+    ) -> int: ...
+    def text(self, i: int) -> str: ...
+    def __len__(self) -> int: ...
+    @property
+    def dimension(self) -> int: ...
+    @property
+    def quantizer(self) -> Optional[str]: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+
 class Calibrator:
     calibrator_: Any
     n_features_in_: int
