@@ -16,39 +16,65 @@ import time
 import numpy as np
 
 
-def synth(a):
-    """Rows [lo, hi) of an N-row synthetic corpus (all N when --lo/--hi are not given):
-    chunk by chunk, so a 10M-row corpus never has to exist as one file."""
+def blocks(a, lo0, hi0):
+    """Rows [lo0, hi0) of the N-row synthetic corpus, in blocks of at most 200k:
+    (lo, float32 rows, names). One generator per 200k block, seeded by its
+    position, so any chunking gives the same rows."""
     real = np.load(a.real).astype(np.float64)
     texts = open(a.real_texts, encoding="utf8").read().split("\n")[: len(real)]
     mean = real.mean(0)
     cov = np.cov(real, rowvar=False) + 1e-6 * np.eye(real.shape[1])
     chol = np.linalg.cholesky(cov)
     n, d = a.n, real.shape[1]
-    lo0, hi0 = a.lo, (a.hi or n)
-    out = np.lib.format.open_memmap(a.out, mode="w+", dtype=np.float32, shape=(hi0 - lo0, d))
     every = max(1, n // len(real))
     real_at = {i * every: j for j, i in enumerate(range(len(real))) if i * every < n}
     chunk = 200_000
+    for lo in range(lo0, hi0, chunk):
+        hi = min(hi0, lo + chunk)
+        rng = np.random.default_rng([a.seed, lo])
+        x = mean + rng.standard_normal((hi - lo, d)) @ chol.T
+        names = [f"synthetic {i}" for i in range(lo, hi)]
+        for i in range(lo, hi):
+            j = real_at.get(i)
+            if j is not None:
+                x[i - lo] = real[j]
+                names[i - lo] = texts[j].replace("\n", " ")
+        yield lo, x.astype(np.float32), names
+
+
+def synth(a):
+    """Rows [lo, hi) of an N-row synthetic corpus (all N when --lo/--hi are not given):
+    chunk by chunk, so a 10M-row corpus never has to exist as one file."""
+    lo0, hi0 = a.lo, (a.hi or a.n)
+    d = np.load(a.real, mmap_mode="r").shape[1]
+    out = np.lib.format.open_memmap(a.out, mode="w+", dtype=np.float32, shape=(hi0 - lo0, d))
     mixed = 0
     with open(a.texts, "w", encoding="utf8") as t:
-        for lo in range(lo0, hi0, chunk):
-            hi = min(hi0, lo + chunk)
-            # One generator per 200k block, seeded by its position: any chunking of
-            # the corpus gives the same rows.
-            rng = np.random.default_rng([a.seed, lo])
-            x = mean + rng.standard_normal((hi - lo, d)) @ chol.T
-            names = [f"synthetic {i}" for i in range(lo, hi)]
-            for i in range(lo, hi):
-                j = real_at.get(i)
-                if j is not None:
-                    x[i - lo] = real[j]
-                    names[i - lo] = texts[j].replace("\n", " ")
-                    mixed += 1
-            out[lo - lo0 : hi - lo0] = x.astype(np.float32)
+        for lo, x, names in blocks(a, lo0, hi0):
+            out[lo - lo0 : lo - lo0 + len(x)] = x
+            mixed += sum(not s.startswith("synthetic ") for s in names)
             t.write("\n".join(names) + "\n")
     out.flush()
-    print(f"wrote rows {lo0}..{hi0} of {n} x {d} to {a.out} ({mixed} real rows mixed in)")
+    print(f"wrote rows {lo0}..{hi0} of {a.n} x {d} to {a.out} ({mixed} real rows mixed in)")
+
+
+def truth(a):
+    """The exact top k (cosine) of each query over the whole N-row corpus, made
+    again block by block (one pass, matrix products): one line of ids per query."""
+    q = unit(np.load(a.queries).astype(np.float32))[: a.queries_n]
+    best_s = np.full((len(q), a.k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(q), a.k), dtype=np.int64)
+    for lo, x, _ in blocks(a, 0, a.n):
+        s = q @ unit(x).T
+        top = np.argpartition(-s, a.k, axis=1)[:, : a.k]
+        cs = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
+        ci = np.concatenate([best_i, top + lo], axis=1)
+        keep = np.argsort(-cs, axis=1, kind="stable")[:, : a.k]
+        best_s, best_i = np.take_along_axis(cs, keep, 1), np.take_along_axis(ci, keep, 1)
+    with open(a.out, "w") as f:
+        for row in best_i:
+            f.write(" ".join(map(str, row)) + "\n")
+    print(f"wrote the exact top {a.k} of {len(q)} queries over {a.n} rows to {a.out}")
 
 
 def unit(x):
@@ -109,6 +135,15 @@ def main():
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--lo", type=int, default=0, help="first row of this chunk")
     s.add_argument("--hi", type=int, default=0, help="end of this chunk (default: N)")
+    s = sub.add_parser("truth")
+    s.add_argument("--real", required=True)
+    s.add_argument("--real-texts", required=True)
+    s.add_argument("--n", type=int, required=True)
+    s.add_argument("--queries", required=True)
+    s.add_argument("--queries-n", type=int, default=1000)
+    s.add_argument("--k", type=int, default=10)
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--out", required=True)
     s = sub.add_parser("peers")
     s.add_argument("--vectors", required=True)
     s.add_argument("--queries", required=True)
@@ -117,7 +152,7 @@ def main():
     s.add_argument("--k", type=int, default=10)
     s.add_argument("--rescore", default="1,2,5,10,20")
     a = p.parse_args()
-    synth(a) if a.cmd == "synth" else peers(a)
+    {"synth": synth, "truth": truth, "peers": peers}[a.cmd](a)
 
 
 if __name__ == "__main__":

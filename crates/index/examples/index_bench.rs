@@ -9,6 +9,7 @@
 //! index_bench query  --index X.idx [--queries 1000 --ef 16,32,64,128 --k 10 --exact-queries 200]
 //!                    [--rescore 1,2,5,10,20 --threads 1,2]   (a quantized index)
 //!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
+//!                    [--truth T.txt]   (each query's true top k ids, one line each)
 //! ```
 //!
 //! Synthetic vectors: `clusters` centres drawn uniformly on the unit sphere, each
@@ -308,23 +309,41 @@ fn main() {
                 }
                 println!("resident memory after the quantized searches: {}", rss());
             }
-            let mut exact_ms = Vec::new();
-            let truth: Vec<Vec<usize>> = queries[..exact_n]
-                .iter()
-                .map(|q| {
-                    let t = Instant::now();
-                    let r = index.search_exact(q, k).unwrap();
-                    exact_ms.push(t.elapsed().as_secs_f64() * 1e3);
-                    r.iter().map(|x| x.0).collect()
-                })
-                .collect();
-            exact_ms.sort_by(f64::total_cmp);
-            println!(
-                "exact: {} queries, p50 {:.2} ms, p99 {:.2} ms",
-                exact_n,
-                percentile(&exact_ms, 0.5),
-                percentile(&exact_ms, 0.99)
-            );
+            // The true top k: from --truth (one line of ids per query, made
+            // elsewhere, e.g. NumPy in one pass) or by exact scans here.
+            let truth: Vec<Vec<usize>> = match args.iter().position(|a| a == "--truth") {
+                Some(i) => {
+                    let t: Vec<Vec<usize>> = std::fs::read_to_string(&args[i + 1])
+                        .expect("read --truth")
+                        .lines()
+                        .take(exact_n)
+                        .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
+                        .collect();
+                    println!("exact: {} queries' top {k} read from --truth", t.len());
+                    t
+                }
+                None => {
+                    let mut exact_ms = Vec::new();
+                    let truth = queries[..exact_n]
+                        .iter()
+                        .map(|q| {
+                            let t = Instant::now();
+                            let r = index.search_exact(q, k).unwrap();
+                            exact_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                            r.iter().map(|x| x.0).collect()
+                        })
+                        .collect();
+                    exact_ms.sort_by(f64::total_cmp);
+                    println!(
+                        "exact: {} queries, p50 {:.2} ms, p99 {:.2} ms",
+                        exact_n,
+                        percentile(&exact_ms, 0.5),
+                        percentile(&exact_ms, 0.99)
+                    );
+                    truth
+                }
+            };
+            let exact_n = truth.len();
             for (t, r, p50, p99, got) in quantized_runs {
                 let found: usize = truth
                     .iter()
