@@ -133,7 +133,7 @@ fn bad_pq_specs_widths_and_codes_are_refused() {
     for (bad, words) in [
         ("pq", "pq needs m"),
         ("pq:m=0", "1..=65536"),
-        ("pq:m=4,opq=maybe", "valid values: true, false"),
+        ("pq:m=4,opq=maybe", "valid values: false, true"),
         ("pq:m=4,opq=false,iters=3", "iters applies with opq=true"),
         ("pq:m=4,ranges=dim", "valid options for pq: m, opq, iters"),
         ("pq:m=4,m=8", "given twice"),

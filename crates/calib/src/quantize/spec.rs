@@ -146,16 +146,8 @@ impl FromStr for QuantSpec {
             }
         };
         let mut spec = QuantSpec::of(kind);
-        let (mut itq, mut iters, mut seen) = (false, None, Vec::new());
-        for item in opts.into_iter().flat_map(|o| o.split(',')) {
-            let Some((key, value)) = item.split_once('=') else {
-                return Err(err(format!("option {item:?} is not of the form key=value")));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            if seen.contains(&key) {
-                return Err(err(format!("option {key:?} given twice")));
-            }
-            seen.push(key);
+        let (mut itq, mut iters) = (false, None);
+        for (key, value) in options(opts).map_err(err)? {
             match (kind.is_bits(), key) {
                 (false, "ranges") => {
                     spec.ranges = match value {
@@ -166,21 +158,8 @@ impl FromStr for QuantSpec {
                         }
                     }
                 }
-                (true, "itq") => {
-                    itq = match value {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(err(format!("itq={value:?}: valid values: false, true"))),
-                    }
-                }
-                (true, "iters") => match value.parse::<usize>() {
-                    Ok(n) if (1..=10_000).contains(&n) => iters = Some(n),
-                    _ => {
-                        return Err(err(format!(
-                            "iters must be an integer in 1..=10000, got {value:?}"
-                        )))
-                    }
-                },
+                (true, "itq") => itq = flag(key, value).map_err(err)?,
+                (true, "iters") => iters = Some(rounds(value).map_err(err)?),
                 _ => {
                     let valid = if kind.is_bits() {
                         "itq, iters"
@@ -201,22 +180,50 @@ impl FromStr for QuantSpec {
     }
 }
 
+/// The `key=value` items of a spec's options (comma-separated), trimmed;
+/// an item without `=` or a key given twice is an error.
+fn options(opts: Option<&str>) -> std::result::Result<Vec<(&str, &str)>, String> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for item in opts.into_iter().flat_map(|o| o.split(',')) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!("option {item:?} is not of the form key=value"));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if out.iter().any(|(k, _)| *k == key) {
+            return Err(format!("option {key:?} given twice"));
+        }
+        out.push((key, value));
+    }
+    Ok(out)
+}
+
+/// A boolean option's value.
+fn flag(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{key}={value:?}: valid values: false, true")),
+    }
+}
+
+/// An `iters` option's value: rounds of ITQ or OPQ.
+fn rounds(value: &str) -> std::result::Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=10_000).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "iters must be an integer in 1..=10000, got {value:?}"
+        )),
+    }
+}
+
 /// The options of `pq:m=M[,opq=BOOL,iters=N]`.
 fn parse_pq(s: &str, opts: Option<&str>) -> Result<QuantSpec> {
     let err = |reason: String| CalibError::Spec {
         spec: s.to_string(),
         reason,
     };
-    let (mut m, mut opq, mut iters, mut seen) = (None, PQ_OPQ_DEFAULT, None, Vec::new());
-    for item in opts.into_iter().flat_map(|o| o.split(',')) {
-        let Some((key, value)) = item.split_once('=') else {
-            return Err(err(format!("option {item:?} is not of the form key=value")));
-        };
-        let (key, value) = (key.trim(), value.trim());
-        if seen.contains(&key) {
-            return Err(err(format!("option {key:?} given twice")));
-        }
-        seen.push(key);
+    let (mut m, mut opq, mut iters) = (None, PQ_OPQ_DEFAULT, None);
+    for (key, value) in options(opts).map_err(err)? {
         match key {
             "m" => match value.parse::<usize>() {
                 Ok(n) if (1..=65_536).contains(&n) => m = Some(n),
@@ -227,21 +234,8 @@ fn parse_pq(s: &str, opts: Option<&str>) -> Result<QuantSpec> {
                     )))
                 }
             },
-            "opq" => {
-                opq = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(err(format!("opq={value:?}: valid values: true, false"))),
-                }
-            }
-            "iters" => match value.parse::<usize>() {
-                Ok(n) if (1..=10_000).contains(&n) => iters = Some(n),
-                _ => {
-                    return Err(err(format!(
-                        "iters must be an integer in 1..=10000, got {value:?}"
-                    )))
-                }
-            },
+            "opq" => opq = flag(key, value).map_err(err)?,
+            "iters" => iters = Some(rounds(value).map_err(err)?),
             _ => {
                 return Err(err(format!(
                     "unknown option {key:?}; valid options for pq: m, opq, iters"
