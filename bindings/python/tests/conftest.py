@@ -1,7 +1,9 @@
 """Shared fixtures: the repository root, the release binary, the model, the data."""
 
+import contextlib
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +178,31 @@ def spark_vectors(df, col="embedding", id_col="id"):
         if v is not None:
             X[i] = v
     return ids[order], X[order]
+
+
+@contextlib.contextmanager
+def served(binary, *args):
+    """`bertflow serve ARGS --port 0` from the repository root; yields its base
+    URL once it listens, drains its request log, and checks that it stops
+    cleanly on SIGTERM."""
+    p = subprocess.Popen(
+        [str(binary), "serve", *map(str, args), "--port", "0"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    url = None
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if "listening on http://" in line:
+            url = line.strip().split("listening on ")[1]
+            break
+    if url is None:
+        p.kill()
+        pytest.fail("bertflow serve did not start:\n" + "".join(lines))
+    # Keep draining stderr (request log lines) so the server never blocks on it.
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    try:
+        yield url
+    finally:
+        p.terminate()
+        assert p.wait(timeout=30) == 0

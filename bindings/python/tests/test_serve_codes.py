@@ -4,13 +4,11 @@ base64 decoded as float32) still give the calibrated float vectors, and
 `encoding_format="ubinary"` (passed through by the client) gives exactly the
 bytes `bertflow encode --calibrator` writes."""
 
-import subprocess
-import threading
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, SENTENCES
+from conftest import SENTENCES, served
 
 openai = pytest.importorskip("openai")
 
@@ -32,25 +30,9 @@ def coded(tmp_path_factory, run_cli, model_dir):
 @pytest.fixture(scope="module")
 def server(bertflow_bin, model_dir, coded):
     cal, _ = coded
-    p = subprocess.Popen(
-        [str(bertflow_bin), "serve", "--model", str(model_dir), "--calibrator", str(cal),
-         "--host", "127.0.0.1", "--port", "0", "--workers", "2"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    url = None
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if "listening on http://" in line:
-            url = line.strip().split("listening on ")[1]
-            break
-    if url is None:
-        p.kill()
-        pytest.fail("bertflow serve did not start:\n" + "".join(lines))
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    yield url
-    p.terminate()
-    assert p.wait(timeout=30) == 0
+    with served(bertflow_bin, "--model", model_dir, "--calibrator", cal, "--host", "127.0.0.1",
+                "--workers", "2") as url:
+        yield url
 
 
 def test_openai_client_floats_and_codes(server, coded):

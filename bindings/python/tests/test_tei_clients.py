@@ -5,13 +5,11 @@ base64, dimensions, models.list) give the calibrated vectors `bertflow encode`
 writes, within 1e-5."""
 
 import base64
-import subprocess
-import threading
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, SENTENCES
+from conftest import SENTENCES, served
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 openai = pytest.importorskip("openai")
@@ -44,26 +42,9 @@ def calibrated(tmp_path_factory, run_cli, model_dir):
 def server(bertflow_bin, model_dir, calibrated):
     """`bertflow serve` with the calibrator on a free port; yields its base URL."""
     cal, _ = calibrated
-    p = subprocess.Popen(
-        [str(bertflow_bin), "serve", "--model-id", str(model_dir), "--calibrator", str(cal),
-         "--hostname", "127.0.0.1", "--port", "0", "--workers", "2"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    url = None
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if "listening on http://" in line:
-            url = line.strip().split("listening on ")[1]
-            break
-    if url is None:
-        p.kill()
-        pytest.fail("bertflow serve did not start:\n" + "".join(lines))
-    # Keep draining stderr (request log lines) so the server never blocks on it.
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    yield url
-    p.terminate()
-    assert p.wait(timeout=30) == 0
+    with served(bertflow_bin, "--model-id", model_dir, "--calibrator", cal,
+                "--hostname", "127.0.0.1", "--workers", "2") as url:
+        yield url
 
 
 def unit(m):
