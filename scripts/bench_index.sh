@@ -12,6 +12,7 @@
 # Environment: N (rows), REAL (real STS rows mixed in: all, or a count), QN (queries, 1000),
 # QN_INT8 (queries for int8 codes, default QN), CHUNK (rows made and indexed at a time, 1000000), RESCORE
 # (candidates per result, a list), THREADS (a list), CODES, KEEP=1 (keep the index),
+# QUERY=0 (build and keep the index, no queries),
 # WORK (scratch directory), PY (python with numpy and faiss: /work/wt/venv-ref), VPY
 # (python with bertflow: .venv), PEERS=0 (no faiss; peers run only for N <= 1000000).
 set -euo pipefail
@@ -27,8 +28,10 @@ PY=${PY:-/work/wt/venv-ref/bin/python}
 CODES=${CODES:-"binary:itq=true int8"}
 DATA=${BERTFLOW_DATA:-/work/shared/data/sts}
 export BERTFLOW_MODEL=${BERTFLOW_MODEL:-$PWD/models/all-MiniLM-L6-v2} BERTFLOW_TUNE=0
-B=target/release/bertflow
-BENCH=target/release/examples/index_bench
+# B and BENCH: the binaries (built here unless given: a copy keeps a long run
+# independent of later builds).
+B=${B:-target/release/bertflow}
+BENCH=${BENCH:-target/release/examples/index_bench}
 mkdir -p "$WORK"
 # The index (vectors, codes, texts) plus one chunk of vectors, with a margin.
 need=$(( (N * 384 * 4 * 11 / 10 + CHUNK * 384 * 4 * 21 / 20) / 1000000000 + 1 ))
@@ -37,8 +40,10 @@ if (( free < need )); then
   echo "only ${free} GB free in $WORK, ${need} GB needed for N=$N: run a smaller N" >&2
   exit 1
 fi
-cargo build --release --offline -p bertflow >/dev/null
-cargo build --release --offline -p bertflow-index --example index_bench >/dev/null
+if [ "$B" = target/release/bertflow ]; then
+  cargo build --release --offline -p bertflow >/dev/null
+  cargo build --release --offline -p bertflow-index --example index_bench >/dev/null
+fi
 lscpu | grep -E "Model name|^CPU\(s\)"
 echo "N=$N REAL=$REAL QN=$QN"
 
@@ -82,8 +87,11 @@ chunk_rows() { # lo hi
 
 # The exact top 10 of each query over the N rows, by NumPy in one pass over the
 # corpus made again block by block (an exact scan per query reads all N vectors).
-"$PY" scripts/bench_index.py truth --real "$WORK/real.npy" --real-texts "$WORK/real.txt" \
-  --n "$N" --queries "$WORK/queries.npy" --queries-n "$QN" --out "$WORK/truth.txt"
+# Kept per N and QN (the corpus is the same for the same seeds): a rerun reuses it.
+truth="$WORK/truth-n$N-q$QN.txt"
+[ -s "$truth" ] || "$PY" scripts/bench_index.py truth --real "$WORK/real.npy" \
+  --real-texts "$WORK/real.txt" --n "$N" --queries "$WORK/queries.npy" --queries-n "$QN" \
+  --out "$truth"
 
 for code in $CODES; do
   idx="$WORK/x.idx"
@@ -110,7 +118,8 @@ for code in $CODES; do
   # memory counts what search reads.
   sync; (echo 1 > /proc/sys/vm/drop_caches) 2>/dev/null || true
   q="$WORK/queries.npy"; case $code in int8*) q="$WORK/queries-int8.npy";; esac
-  "$BENCH" query --index "$idx" --query-npy "$q" --truth "$WORK/truth.txt" --exact-queries "$QN" \
+  [ "${QUERY:-1}" = 1 ] || continue
+  "$BENCH" query --index "$idx" --query-npy "$q" --truth "$truth" --exact-queries "$QN" \
     --rescore "$RESCORE" --threads "$THREADS"
   [ "${KEEP:-0}" = 1 ] || rm -f "$idx"
 done
