@@ -1,55 +1,134 @@
 //! k-means for the product quantizer's sub-spaces: k-means++ seeding from a
 //! fixed seed, Lloyd iterations, and empty clusters re-seeded on the points
-//! farthest from their centroids. Distances come from matrix products in
-//! blocks of rows (`||x||^2 - 2 x.c + ||c||^2`; the `||x||^2` term does not
-//! change the nearest centroid). Ties go to the lowest centroid index, so
-//! a fit is deterministic.
+//! farthest from their centroids. The nearest centroid of a row minimises
+//! `||c||^2 - 2 x.c` (the `||x||^2` term does not change it), accumulated
+//! over the row's few coordinates against the centroids stored column-major
+//! (`k` lanes per coordinate), so a row's `k` scores stay in registers and
+//! no `n x k` product is ever written (sub-spaces have 1-16 coordinates: a
+//! matrix product spends its time packing). Ties go to the lowest centroid
+//! index, so a fit is deterministic.
 
 use bertflow_numeric::rng::SplitMix64;
-use ndarray::{linalg::general_mat_mul, s, Array1, Array2, ArrayView2};
-
-/// Rows per block of the distance products (a block's distances stay in
-/// cache: 1024 x 256 f32).
-const BLOCK: usize = 1024;
+use ndarray::{Array2, ArrayView2};
 
 /// Squared norms of the rows of `c`.
-fn row_norms(c: ArrayView2<f32>) -> Array1<f32> {
+fn row_norms(c: ArrayView2<f32>) -> Vec<f32> {
     c.rows().into_iter().map(|r| r.dot(&r)).collect()
 }
 
 /// The nearest centroid of each row of `x` and its squared distance (f64,
 /// from the difference itself, so exact up to rounding).
 pub(crate) fn assign(x: ArrayView2<f32>, c: ArrayView2<f32>) -> (Vec<usize>, Vec<f64>) {
-    let n = x.nrows();
-    let k = c.nrows();
+    let d = c.ncols();
     let cn = row_norms(c);
-    let mut labels = Vec::with_capacity(n);
-    let mut dist = Vec::with_capacity(n);
-    let mut prod = Array2::<f32>::zeros((BLOCK.min(n.max(1)), k));
-    for start in (0..n).step_by(BLOCK) {
-        let end = (start + BLOCK).min(n);
-        let xb = x.slice(s![start..end, ..]);
-        let mut pb = prod.slice_mut(s![..end - start, ..]);
-        general_mat_mul(1.0, &xb, &c.t(), 0.0, &mut pb);
-        for (row, p) in xb.rows().into_iter().zip(pb.rows()) {
-            let (mut best, mut best_d) = (0usize, f32::INFINITY);
-            for (j, (&pj, &nj)) in p.iter().zip(cn.iter()).enumerate() {
-                let d = nj - 2.0 * pj;
-                if d < best_d {
-                    best_d = d;
-                    best = j;
-                }
-            }
-            let e = row
-                .iter()
-                .zip(c.row(best))
-                .map(|(&a, &b)| f64::from(a - b).powi(2))
-                .sum::<f64>();
-            labels.push(best);
-            dist.push(e);
-        }
+    // Column-major centroids: coordinate t of every centroid, contiguous.
+    let ct: Vec<f32> = c.t().iter().copied().collect();
+    let mut labels = Vec::with_capacity(x.nrows());
+    let mut dist = Vec::with_capacity(x.nrows());
+    let mut row_buf = vec![0f32; d];
+    for row in x.rows() {
+        row_buf.iter_mut().zip(row).for_each(|(b, &v)| *b = v);
+        let best = nearest(&row_buf, &ct, &cn);
+        let e = row
+            .iter()
+            .zip(c.row(best))
+            .map(|(&a, &b)| f64::from(a - b).powi(2))
+            .sum::<f64>();
+        labels.push(best);
+        dist.push(e);
     }
     (labels, dist)
+}
+
+/// The index of the centroid minimising `cn[j] - 2 x.c_j` (the lowest on
+/// ties), `ct` holding the centroids column-major (`x.len() x cn.len()`).
+fn nearest(x: &[f32], ct: &[f32], cn: &[f32]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked just above).
+        return unsafe { nearest_avx2(x, ct, cn) };
+    }
+    nearest_scalar(x, ct, cn, 0, usize::MAX, f32::INFINITY)
+}
+
+/// The score of centroid `j` (the same operations in the same order as
+/// the vector kernel, so both pick the same centroid).
+#[inline(always)]
+fn score(x: &[f32], ct: &[f32], cn: &[f32], j: usize) -> f32 {
+    let k = cn.len();
+    x.iter()
+        .enumerate()
+        .fold(cn[j], |s, (t, &xt)| s + (-2.0 * xt) * ct[t * k + j])
+}
+
+/// [`nearest`] over the centroids from `from` on, given the best so far.
+fn nearest_scalar(x: &[f32], ct: &[f32], cn: &[f32], from: usize, arg: usize, min: f32) -> usize {
+    let (mut min, mut arg) = (min, arg);
+    for j in from..cn.len() {
+        let v = score(x, ct, cn, j);
+        if v < min {
+            (min, arg) = (v, j);
+        }
+    }
+    if arg == usize::MAX {
+        0
+    } else {
+        arg
+    }
+}
+
+/// Centroids scored at once by the AVX2 kernel (four registers).
+#[cfg(target_arch = "x86_64")]
+const LANES: usize = 32;
+
+/// [`nearest`] with AVX2: 32 centroids' scores held in four registers over
+/// the coordinates, with the lowest score of each lane and the group where
+/// it was first seen.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn nearest_avx2(x: &[f32], ct: &[f32], cn: &[f32]) -> usize {
+    use std::arch::x86_64::*;
+    let k = cn.len();
+    let full = k - k % LANES;
+    let mut best = [_mm256_set1_ps(f32::INFINITY); 4];
+    let mut at = [_mm256_set1_epi32(-1); 4];
+    for c0 in (0..full).step_by(LANES) {
+        let mut a = [_mm256_setzero_ps(); 4];
+        for (i, a) in a.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(cn[c0 + 8 * i..].as_ptr());
+        }
+        for (t, &xt) in x.iter().enumerate() {
+            let xv = _mm256_set1_ps(-2.0 * xt);
+            let col = &ct[t * k + c0..t * k + c0 + LANES];
+            for (i, a) in a.iter_mut().enumerate() {
+                let c = _mm256_loadu_ps(col[8 * i..].as_ptr());
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(xv, c));
+            }
+        }
+        let group = _mm256_set1_epi32(c0 as i32);
+        for i in 0..4 {
+            let lower = _mm256_cmp_ps::<_CMP_LT_OQ>(a[i], best[i]);
+            best[i] = _mm256_blendv_ps(best[i], a[i], lower);
+            at[i] = _mm256_blendv_epi8(at[i], group, _mm256_castps_si256(lower));
+        }
+    }
+    let mut vals = [0f32; LANES];
+    let mut groups = [0i32; LANES];
+    for i in 0..4 {
+        _mm256_storeu_ps(vals[8 * i..].as_mut_ptr(), best[i]);
+        _mm256_storeu_si256(groups[8 * i..].as_mut_ptr().cast(), at[i]);
+    }
+    let (mut min, mut arg) = (f32::INFINITY, usize::MAX);
+    for (l, (&v, &g)) in vals.iter().zip(&groups).enumerate() {
+        if g < 0 {
+            continue;
+        }
+        let j = g as usize + l;
+        if v < min || (v == min && j < arg) {
+            (min, arg) = (v, j);
+        }
+    }
+    nearest_scalar(x, ct, cn, full, arg, min)
 }
 
 /// k-means++ seeding: the first centroid a random row, each next one a row
@@ -211,6 +290,41 @@ mod tests {
         assert_eq!(c.column(0).to_vec(), vec![0.0, 1.0, 100.0]);
         assert_eq!(labels, vec![0, 0, 1, 1, 2]);
         assert_eq!(err, 0.0);
+    }
+
+    /// The vector kernel picks the centroid the scalar model picks, ties
+    /// included (duplicated centroids), for counts around the lane width.
+    #[test]
+    fn nearest_kernel_equals_the_scalar_model() {
+        let mut rng = SplitMix64::new(11);
+        for (k, d) in [
+            (1, 1),
+            (31, 3),
+            (32, 6),
+            (33, 2),
+            (64, 12),
+            (256, 6),
+            (300, 1),
+        ] {
+            let mut c = Array2::<f32>::zeros((k, d));
+            c.mapv_inplace(|_| rng.normal() as f32);
+            // Duplicates: ties between a low and a high index.
+            if k > 40 {
+                let low = c.row(3).to_owned();
+                c.row_mut(k - 1).assign(&low);
+            }
+            let cn = row_norms(c.view());
+            let ct: Vec<f32> = c.t().iter().copied().collect();
+            for i in 0..200 {
+                let x: Vec<f32> = if i % 4 == 0 {
+                    c.row(3 % k).to_vec()
+                } else {
+                    (0..d).map(|_| rng.normal() as f32).collect()
+                };
+                let want = nearest_scalar(&x, &ct, &cn, 0, usize::MAX, f32::INFINITY);
+                assert_eq!(nearest(&x, &ct, &cn), want, "k {k} d {d} row {i}");
+            }
+        }
     }
 
     #[test]

@@ -58,6 +58,31 @@ pub(crate) fn rotate(x: ArrayView2<f32>, r: Option<&Array2<f64>>) -> Array2<f32>
     }
 }
 
+/// `f(j)` for each sub-space `j < m`, on every core (sub-spaces are
+/// independent, so the results do not depend on the number of threads).
+fn per_subspace<T: Send>(m: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(m);
+    if threads <= 1 {
+        return (0..m).map(f).collect();
+    }
+    let f = &f;
+    let mut parts: Vec<Vec<(usize, T)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| scope.spawn(move || (t..m).step_by(threads).map(|j| (j, f(j))).collect()))
+            .collect();
+        handles
+            .into_iter()
+            // A worker panics only where `f` itself would have: pass it on.
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut out: Vec<(usize, T)> = parts.drain(..).flatten().collect();
+    out.sort_by_key(|(j, _)| *j);
+    out.into_iter().map(|(_, t)| t).collect()
+}
+
 /// Trains (or, with `warm`, refines) the sub-space centroids of the rows
 /// `z` in `iters` Lloyd iterations; returns them with the codes and the
 /// total squared error.
@@ -68,19 +93,22 @@ fn train(
     warm: Option<Array3<f32>>,
 ) -> (Array3<f32>, Array2<u8>, f64) {
     let dsub = z.ncols() / m;
-    let seeded = warm.is_none();
-    let mut centroids = warm.unwrap_or_else(|| Array3::zeros((m, CENTROIDS, dsub)));
-    let mut codes = Array2::<u8>::zeros((z.nrows(), m));
-    let mut total = 0.0;
-    for j in 0..m {
+    let fitted = per_subspace(m, |j| {
         let sub = kmeans::contiguous(z.slice(s![.., j * dsub..(j + 1) * dsub]));
-        let mut c = if seeded {
-            let mut rng = bertflow_numeric::rng::SplitMix64::new(SEED ^ j as u64);
-            kmeans::seed_plus_plus(sub.view(), CENTROIDS, &mut rng)
-        } else {
-            centroids.index_axis(Axis(0), j).to_owned()
+        let mut c = match &warm {
+            None => {
+                let mut rng = bertflow_numeric::rng::SplitMix64::new(SEED ^ j as u64);
+                kmeans::seed_plus_plus(sub.view(), CENTROIDS, &mut rng)
+            }
+            Some(w) => w.index_axis(Axis(0), j).to_owned(),
         };
         let (labels, err) = kmeans::lloyd(sub.view(), &mut c, iters);
+        (c, labels, err)
+    });
+    let mut centroids = Array3::zeros((m, CENTROIDS, dsub));
+    let mut codes = Array2::<u8>::zeros((z.nrows(), m));
+    let mut total = 0.0;
+    for (j, (c, labels, err)) in fitted.into_iter().enumerate() {
         centroids.index_axis_mut(Axis(0), j).assign(&c);
         for (code, l) in codes.column_mut(j).iter_mut().zip(labels) {
             *code = l as u8;
@@ -93,10 +121,12 @@ fn train(
 /// The codes of the (rotated) rows `z`.
 pub(crate) fn encode(z: ArrayView2<f32>, centroids: &Array3<f32>) -> Array2<u8> {
     let (m, _, dsub) = centroids.dim();
-    let mut codes = Array2::<u8>::zeros((z.nrows(), m));
-    for j in 0..m {
+    let labels = per_subspace(m, |j| {
         let sub = kmeans::contiguous(z.slice(s![.., j * dsub..(j + 1) * dsub]));
-        let (labels, _) = kmeans::assign(sub.view(), centroids.index_axis(Axis(0), j));
+        kmeans::assign(sub.view(), centroids.index_axis(Axis(0), j)).0
+    });
+    let mut codes = Array2::<u8>::zeros((z.nrows(), m));
+    for (j, labels) in labels.into_iter().enumerate() {
         for (code, l) in codes.column_mut(j).iter_mut().zip(labels) {
             *code = l as u8;
         }
