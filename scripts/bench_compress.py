@@ -96,7 +96,13 @@ def main():
     ap.add_argument("--pq-only", action="store_true", help="only fp32 and the product-quantizer rows")
     ap.add_argument("--pq-bytes", default=",".join(map(str, PQ_BYTES)),
                     help="bytes per vector of the product-quantizer rows (comma-separated)")
+    ap.add_argument("--table", nargs="+", metavar="JSON",
+                    help="print the markdown table of earlier runs' --out files instead of running")
     a = ap.parse_args()
+    if a.table:
+        for path in a.table:
+            table(path)
+        return
     ref_path(a.ref_venv)
     import faiss
     from sentence_transformers.quantization import quantize_embeddings
@@ -176,6 +182,29 @@ def main():
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def table(path):
+    """The markdown rows of one run, and per budget bertflow's best recall@10
+    against the best peer's (the issue's goal: no peer more than 0.005 above)."""
+    r = json.load(open(path))
+    print(f"{r['model']} `{r['pooling']}`, {r['sentences']:,} sentences, {r['queries']:,} queries, CPU {r['cpu']}\n")
+    print("| bytes | by | method | recall@10 | STS 7-task | fit s | codes/s |")
+    print("|---:|---|---|---:|---:|---:|---:|")
+    for row in r["rows"]:
+        cps = f"{row['codes_per_s']:,.0f}" if row["codes_per_s"] else "-"
+        fit = f"{row['fit_s']:.1f}" if row["fit_s"] else "-"
+        print(f"| {row['bytes']:,} | {row['by']} | {row['method']} | {row['recall@10']:.3f} | {row['sts']:.2f} | {fit} | {cps} |")
+    print("\n| bytes | bertflow best | best peer | peer - bertflow |")
+    print("|---:|---|---|---:|")
+    for b in sorted({row["bytes"] for row in r["rows"]}, reverse=True):
+        best = lambda rows: max(rows, key=lambda x: x["recall@10"], default=None)
+        ours = best([x for x in r["rows"] if x["bytes"] == b and x["by"] == "bertflow"])
+        peer = best([x for x in r["rows"] if x["bytes"] == b and x["by"] not in ("bertflow", "-")])
+        if ours and peer:
+            print(f"| {b:,} | {ours['method']} {ours['recall@10']:.3f} | {peer['by']} {peer['method']} "
+                  f"{peer['recall@10']:.3f} | {peer['recall@10'] - ours['recall@10']:+.3f} |")
+    print()
 
 
 def others(X, d, add, faiss, quantize_embeddings):
