@@ -50,8 +50,9 @@ echo "N=$N REAL=$REAL QN=$QN"
 # STS sentences: every distinct sentence of the seven STS tasks (26,126); QN of them,
 # drawn with seed 0, are the queries; the others (REAL of them, all by default) are
 # the real rows mixed into the synthetic corpus.
+# Made once per WORK (delete queries.txt to make them again with other REAL or QN).
 VPY=${VPY:-.venv/bin/python}
-"$VPY" - "$DATA" "$WORK" "$REAL" "$QN" <<'PY'
+[ -s "$WORK/queries.txt" ] && [ -s "$WORK/real.txt" ] || "$VPY" - "$DATA" "$WORK" "$REAL" "$QN" <<'PY'
 import sys
 import numpy as np
 import bertflow

@@ -245,7 +245,11 @@ impl PyIndex {
             Err(_) => matrix(queries, "queries", true)?,
         };
         let index = self.index();
-        let params = SearchParams { rescore, threads };
+        let params = SearchParams {
+            rescore,
+            threads,
+            ..SearchParams::default()
+        };
         let hits = py
             .detach(|| {
                 q.rows()

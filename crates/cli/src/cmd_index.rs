@@ -369,6 +369,7 @@ fn search(mut a: SearchArgs) -> Result<()> {
     let params = SearchParams {
         rescore: a.rescore,
         threads: a.threads,
+        ..SearchParams::default()
     };
     for (text, q) in a.query.iter().zip(queries.rows()) {
         let q: Vec<f32> = q.iter().copied().collect();
