@@ -10,6 +10,8 @@
 //!                    [--rescore 1,2,5,10,20 --shortlist 1 --threads 1,2]   (a quantized index)
 //!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
 //!                    [--truth T.txt]   (each query's true top k ids, one line each)
+//! index_bench kernels [--rows 1000000 --width 48 --queries 50]
+//!                    (the block Hamming kernel alone, each ISA, one thread: ms per scan)
 //! ```
 //!
 //! Synthetic vectors: `clusters` centres drawn uniformly on the unit sphere, each
@@ -404,6 +406,35 @@ fn main() {
                 );
             }
         }
-        _ => eprintln!("usage: index_bench synth|npy|open|ann|query ... (see the source)"),
+        "kernels" => {
+            use bertflow_kernels::codes::{hamming_block_with, CodeIsa};
+            let rows: usize = arg(&args, "--rows", Some(1_000_000));
+            let width: usize = arg(&args, "--width", Some(48));
+            let queries: usize = arg(&args, "--queries", Some(50));
+            let mut rng = Rng(5);
+            let codes: Vec<u8> = (0..rows * width).map(|_| rng.next_u64() as u8).collect();
+            let q: Vec<u8> = (0..width).map(|_| rng.next_u64() as u8).collect();
+            let mut out = Vec::new();
+            for isa in CodeIsa::all_available() {
+                let mut ms = Vec::new();
+                let mut check = 0u64;
+                for _ in 0..queries {
+                    let t = Instant::now();
+                    for block in codes.chunks(4096 * width) {
+                        hamming_block_with(isa, &q, block, &mut out);
+                        check += u64::from(out[0]);
+                    }
+                    ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                ms.sort_by(f64::total_cmp);
+                println!(
+                    "hamming block kernel {}: {rows} codes of {width} bytes, p50 {:.3} ms per scan, min {:.3} ms ({check})",
+                    isa.name(),
+                    percentile(&ms, 0.5),
+                    ms[0]
+                );
+            }
+        }
+        _ => eprintln!("usage: index_bench synth|npy|open|ann|query|kernels ... (see the source)"),
     }
 }

@@ -149,7 +149,7 @@ pub fn hamming_block_with(isa: CodeIsa, q: &[u8], codes: &[u8], out: &mut Vec<u3
         }
         #[cfg(target_arch = "x86_64")]
         CodeIsa::Avx2 if isa.available() => {
-            // SAFETY: AVX2 CPUs have popcnt (checked with it, just above).
+            // SAFETY: AVX2 is present (checked just above), and with it popcnt.
             unsafe { x86::hamming_block_popcnt(q, codes, out) }
         }
         _ => hamming_block_words(q, codes, out),
@@ -171,7 +171,11 @@ fn hamming_block_words(q: &[u8], codes: &[u8], out: &mut Vec<u32>) {
         48 => block_fixed::<6>(q, codes, out),
         64 => block_fixed::<8>(q, codes, out),
         96 => block_fixed::<12>(q, codes, out),
-        _ => out.extend(codes.chunks_exact(q.len()).map(|c| hamming_portable(q, c))),
+        w => {
+            for c in codes.chunks_exact(w) {
+                out.push(hamming_portable(q, c));
+            }
+        }
     }
 }
 
@@ -180,20 +184,23 @@ fn word(b: &[u8], k: usize) -> u64 {
     u64::from_le_bytes(b[k * 8..k * 8 + 8].try_into().expect("8 bytes"))
 }
 
-/// Codes of exactly `W` words.
+/// Codes of exactly `W` words. (Plain loops: an iterator's `fold` may be
+/// compiled out of line, without the caller's target features.)
 #[inline(always)]
 fn block_fixed<const W: usize>(q: &[u8], codes: &[u8], out: &mut Vec<u32>) {
     let mut qw = [0u64; W];
     for (k, w) in qw.iter_mut().enumerate() {
         *w = word(q, k);
     }
-    out.extend(codes.chunks_exact(W * 8).map(|c| {
+    let start = out.len();
+    out.resize(start + codes.len() / (W * 8), 0);
+    for (o, c) in out[start..].iter_mut().zip(codes.chunks_exact(W * 8)) {
         let mut n = 0;
         for (k, w) in qw.iter().enumerate() {
             n += (w ^ word(c, k)).count_ones();
         }
-        n
-    }));
+        *o = n;
+    }
 }
 
 /// Hamming distance of two packed bit codes with the best kernel.

@@ -65,11 +65,12 @@ pub(super) unsafe fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
     head.wrapping_add(super::dot_i8_scalar(&a[blocks * 16..], &b[blocks * 16..]))
 }
 
-/// [`super::hamming_block_words`] compiled with `popcnt`.
+/// [`super::hamming_block_words`] compiled with `popcnt` and AVX2 (which
+/// the compiler may use to vectorise the wider codes).
 ///
 /// # Safety
-/// The CPU must support popcnt.
-#[target_feature(enable = "popcnt")]
+/// The CPU must support popcnt and AVX2.
+#[target_feature(enable = "popcnt,avx2")]
 pub(super) unsafe fn hamming_block_popcnt(q: &[u8], codes: &[u8], out: &mut Vec<u32>) {
     super::hamming_block_words(q, codes, out)
 }
