@@ -54,24 +54,49 @@ impl Index {
 
     /// The vectors of sentences `ids`, in that order, into `out` (cleared;
     /// `ids.len() x dimension` floats), each by one positioned read of the
-    /// file (not through the map), in file order.
+    /// file (not through the map). Every row is first announced to the
+    /// kernel (`POSIX_FADV_WILLNEED`: reads of rows not in the page cache are
+    /// all sent to the disk at once, not one after the other); give `ids`
+    /// sorted, so that they are read in file order.
     pub(crate) fn read_vectors(&self, ids: &[usize], out: &mut Vec<f32>) -> Result<(), IndexError> {
         let d = self.identity().dimension;
         out.clear();
         out.resize(ids.len() * d, 0.0);
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_unstable_by_key(|&r| ids[r]);
-        for r in order {
-            let i = ids[r];
+        let at = |i: usize| -> Result<u64, IndexError> {
             let (k, j) = self.row_of(i).ok_or_else(|| {
                 IndexError::Invalid(format!("no sentence {i} in an index of {}", self.len()))
             })?;
-            let at = self.segment_list()[k].vectors.start + j * d * 4;
-            let row = &mut out[r * d..(r + 1) * d];
-            self.read_at(bytemuck::cast_slice_mut(row), at as u64)
+            Ok((self.segment_list()[k].vectors.start + j * d * 4) as u64)
+        };
+        if ids.len() > 1 {
+            for &i in ids {
+                self.will_need(at(i)?, d * 4);
+            }
+        }
+        for (&i, row) in ids.iter().zip(out.chunks_exact_mut(d)) {
+            self.read_at(bytemuck::cast_slice_mut(row), at(i)?)
                 .map_err(|e| e.context(&format!("vector of sentence {i}")))?;
         }
         Ok(())
+    }
+
+    /// Tell the kernel that `len` bytes at `at` will be read soon (a hint:
+    /// errors are ignored, the read that follows reports them).
+    fn will_need(&self, at: u64, len: usize) {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            let (Ok(at), Ok(len)) = (libc::off_t::try_from(at), libc::off_t::try_from(len)) else {
+                return;
+            };
+            // SAFETY: a hint on a descriptor this index holds open; no memory
+            // is passed.
+            unsafe {
+                libc::posix_fadvise(self.file.as_raw_fd(), at, len, libc::POSIX_FADV_WILLNEED)
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = (at, len);
     }
 
     /// Fill `buf` from the file at offset `at`: a short read (the file was

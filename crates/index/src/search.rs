@@ -125,7 +125,8 @@ impl Index {
                 .collect::<Result<Vec<_>, IndexError>>()?;
             candidates = self::top_k(reranked, rescored);
         }
-        let ids: Vec<usize> = candidates.iter().map(|c| c.0).collect();
+        let mut ids: Vec<usize> = candidates.iter().map(|c| c.0).collect();
+        ids.sort_unstable();
         let mut rows = Vec::new();
         self.read_vectors(&ids, &mut rows)?;
         let exact = ids
