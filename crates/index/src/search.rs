@@ -119,6 +119,8 @@ impl Index {
         let mut candidates = self.scan_codes(quantizer, &q, scanned, params)?;
         if let Some(table) = table.filter(|_| scanned > rescored) {
             let width = quantizer.width();
+            // In row order: the codes are read in memory order.
+            candidates.sort_unstable_by_key(|c| c.0);
             let reranked = candidates
                 .iter()
                 .map(|&(i, _)| Ok((i, table.score(self.code_of(i, width)?))))
@@ -246,12 +248,24 @@ impl Nearest {
         if self.want == 0 {
             return;
         }
-        for (j, &h) in distances.iter().enumerate() {
-            if h < self.limit {
-                self.kept.push((first + j, h));
-                self.counts[h as usize] += 1;
-                if self.kept.len() >= 2 * self.want {
-                    self.cut();
+        for (c, chunk) in distances.chunks(16).enumerate() {
+            // Most chunks hold no row under the limit once it has settled: a
+            // test the compiler vectorises with baseline SSE2 (signed
+            // compares; distances are far below 2^31) skips them.
+            let limit = self.limit.min(i32::MAX as u32) as i32;
+            let any = chunk
+                .iter()
+                .fold(0i32, |any, &h| any | i32::from((h as i32) < limit));
+            if any == 0 {
+                continue;
+            }
+            for (j, &h) in chunk.iter().enumerate() {
+                if h < self.limit {
+                    self.kept.push((first + c * 16 + j, h));
+                    self.counts[h as usize] += 1;
+                    if self.kept.len() >= 2 * self.want {
+                        self.cut();
+                    }
                 }
             }
         }
