@@ -106,7 +106,7 @@ def peers(a):
         truth.extend(np.argsort(-s, axis=1)[:, :k])
     recall = lambda got: np.mean([len(set(g) & set(t)) / k for g, t in zip(got, truth)])
     bits = np.packbits(x > 0, axis=1)
-    for threads in (1, 2):
+    for threads in [int(t) for t in a.faiss_threads.split(",") if t]:
         faiss.omp_set_num_threads(threads)
         b = faiss.IndexBinaryFlat(x.shape[1])
         b.add(bits)
@@ -194,6 +194,7 @@ def main():
     s.add_argument("--k", type=int, default=10)
     s.add_argument("--rescore", default="1,2,5,10,20")
     s.add_argument("--usearch", type=int, default=1, help="0: no usearch peers")
+    s.add_argument("--faiss-threads", default="1,2", help="faiss thread counts (empty: no faiss)")
     s.add_argument("--ef", default="16,32,64,128,256,512", help="usearch expansion_search values")
     s.add_argument("--threads", type=int, default=2, help="threads building the usearch graphs")
     a = p.parse_args()

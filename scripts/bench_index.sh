@@ -15,7 +15,8 @@
 # QUERY=0 (build and keep the index, no queries),
 # WORK (scratch directory), PY (python with numpy and faiss: /work/wt/venv-ref), VPY
 # (python with bertflow: .venv), PEERS=0 (no faiss; peers run only for N <= 1000000),
-# PEER_RESCORE (the peers' rescoring depths), USEARCH=0 (no usearch peers), SHORTLIST
+# PEER_RESCORE (the peers' rescoring depths), USEARCH=0 (no usearch peers), FAISS_THREADS
+# (a list; empty: no faiss), SHORTLIST
 # (bertflow's shortlists, a list).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -131,6 +132,7 @@ if [ "${PEERS:-1}" = 1 ] && (( N <= 1000000 )); then
   echo "== peers (faiss, usearch)"
   chunk_rows 0 "$N" >/dev/null
   "$PY" scripts/bench_index.py peers --vectors "$WORK/x.npy" --queries "$WORK/queries.npy" \
-    --queries-n "$QN" --rescore "${PEER_RESCORE:-5,10,20,50,100}" --usearch "${USEARCH:-1}"
+    --queries-n "$QN" --rescore "${PEER_RESCORE:-5,10,20,50,100}" --usearch "${USEARCH:-1}" \
+    --faiss-threads "${FAISS_THREADS-1,2}"
 fi
 rm -f "$WORK/x.npy" "$WORK/x.txt"
