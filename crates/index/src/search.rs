@@ -14,8 +14,10 @@ use crate::{Index, IndexError, Quantization};
 /// `benchmarks/index-rescore.md` (200k MiniLM-like vectors, 1,000 STS queries:
 /// binary:itq recall@10 0.977 at 20, 0.989 at 50, 0.995 at 100, for about 4 ms
 /// more per query from 20 to 50; int8 is 1.0 from 2). The codes' rank of a
-/// true neighbour grows with the corpus, so 50 keeps binary codes near 0.95 at
-/// 1M where 20 gave 0.94; 10M needs a larger `--rescore` (see the docs).
+/// true neighbour grows with the corpus; with the re-ranking of
+/// [`DEFAULT_SHORTLIST`], 50 gives binary:itq recall@10 0.995 at 1M and 0.973
+/// at 10M (0.966 and 0.897 without it; `benchmarks/index-scan.md`), 20 gives
+/// 0.988 and 0.950.
 pub const DEFAULT_RESCORE: usize = 50;
 
 /// Bit codes: candidates kept by the Hamming scan per candidate rescored
