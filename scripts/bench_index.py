@@ -7,8 +7,10 @@
       (so that real queries have real neighbours); T.txt names each row.
   bench_index.py peers --vectors X.npy --queries Q.npy --k 10 --rescore 1,2,5,10,20
       faiss IndexBinaryFlat (sign bits) + exact rescoring, and faiss
-      IndexScalarQuantizer (8 bit) flat, at 1 and 2 threads: recall@k against exact
-      fp32, p50/p99 latency per single query, and the index's memory.
+      IndexScalarQuantizer (8 bit) flat, at 1 and 2 threads; usearch HNSW over
+      i8 vectors (cosine) and over sign bits (b1, Hamming) + exact rescoring
+      (--usearch 0 skips them): recall@k against exact fp32, p50/p99 latency per
+      single query, and the index's memory.
 """
 import argparse
 import time
@@ -104,7 +106,7 @@ def peers(a):
         truth.extend(np.argsort(-s, axis=1)[:, :k])
     recall = lambda got: np.mean([len(set(g) & set(t)) / k for g, t in zip(got, truth)])
     bits = np.packbits(x > 0, axis=1)
-    for threads in (1, 2):
+    for threads in [int(t) for t in a.faiss_threads.split(",") if t]:
         faiss.omp_set_num_threads(threads)
         b = faiss.IndexBinaryFlat(x.shape[1])
         b.add(bits)
@@ -121,6 +123,46 @@ def peers(a):
         got, p50, p99 = timed(lambda qq: sq.search(qq, k)[1][0], q)
         print(f"faiss IndexScalarQuantizer(8bit) flat threads={threads}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, codes {x.shape[0] * x.shape[1] / 2**20:.0f} MiB")
         del sq, b
+    if a.usearch:
+        usearch_peers(a, x, q, k, recall, bits)
+
+
+def usearch_peers(a, x, q, k, recall, bits):
+    """usearch HNSW (connectivity 16, expansion_add 128, built on every core):
+    i8 vectors with cosine, searched at several expansion_search; b1 sign bits
+    with Hamming, the best k x rescore rescored exactly on the float vectors."""
+    from usearch.index import Index as UIndex
+
+    keys = np.arange(len(x), dtype=np.uint64)
+    efs = [int(v) for v in a.ef.split(",")]
+    for dtype in ("i8", "b1"):
+        t = time.perf_counter()
+        if dtype == "i8":
+            u = UIndex(ndim=x.shape[1], metric="cos", dtype="i8", connectivity=16, expansion_add=128)
+            u.add(keys, x, threads=a.threads)
+        else:
+            u = UIndex(ndim=x.shape[1], metric="hamming", dtype="b1", connectivity=16, expansion_add=128)
+            u.add(keys, bits, threads=a.threads)
+        build = time.perf_counter() - t
+        mem = u.memory_usage / 2**20
+        print(f"usearch {dtype} HNSW: built {len(x)} in {build:.0f} s on {a.threads} threads, index memory {mem:.0f} MiB")
+        for ef in efs:
+            u.expansion_search = ef
+            if dtype == "i8":
+                got, p50, p99 = timed(lambda qq: u.search(qq[0], k, threads=1).keys, q)
+                print(f"usearch i8 HNSW ef={ef}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, index {mem:.0f} MiB")
+                continue
+            for r in [int(v) for v in a.rescore.split(",")]:
+                if k * r > ef:
+                    continue  # HNSW returns at most expansion_search candidates
+
+                def search(qq, r=r):
+                    c = u.search(np.packbits(qq[0] > 0), k * r, threads=1).keys.astype(np.int64)
+                    return c[np.argsort(-(x[c] @ qq[0]))[:k]]
+
+                got, p50, p99 = timed(search, q)
+                print(f"usearch b1 HNSW+rescore ef={ef} rescore={r}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, index {mem:.0f} MiB")
+        del u
 
 
 def main():
@@ -151,6 +193,10 @@ def main():
     s.add_argument("--limit", type=int, default=0)
     s.add_argument("--k", type=int, default=10)
     s.add_argument("--rescore", default="1,2,5,10,20")
+    s.add_argument("--usearch", type=int, default=1, help="0: no usearch peers")
+    s.add_argument("--faiss-threads", default="1,2", help="faiss thread counts (empty: no faiss)")
+    s.add_argument("--ef", default="16,32,64,128,256,512", help="usearch expansion_search values")
+    s.add_argument("--threads", type=int, default=2, help="threads building the usearch graphs")
     a = p.parse_args()
     {"synth": synth, "truth": truth, "peers": peers}[a.cmd](a)
 

@@ -14,7 +14,10 @@
 # (candidates per result, a list), THREADS (a list), CODES, KEEP=1 (keep the index),
 # QUERY=0 (build and keep the index, no queries),
 # WORK (scratch directory), PY (python with numpy and faiss: /work/wt/venv-ref), VPY
-# (python with bertflow: .venv), PEERS=0 (no faiss; peers run only for N <= 1000000).
+# (python with bertflow: .venv), PEERS=0 (no faiss; peers run only for N <= 1000000),
+# PEER_RESCORE (the peers' rescoring depths), USEARCH=0 (no usearch peers), FAISS_THREADS
+# (a list; empty: no faiss), SHORTLIST
+# (bertflow's shortlists, a list).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-1000000}
@@ -50,8 +53,9 @@ echo "N=$N REAL=$REAL QN=$QN"
 # STS sentences: every distinct sentence of the seven STS tasks (26,126); QN of them,
 # drawn with seed 0, are the queries; the others (REAL of them, all by default) are
 # the real rows mixed into the synthetic corpus.
+# Made once per WORK (delete queries.txt to make them again with other REAL or QN).
 VPY=${VPY:-.venv/bin/python}
-"$VPY" - "$DATA" "$WORK" "$REAL" "$QN" <<'PY'
+[ -s "$WORK/queries.txt" ] && [ -s "$WORK/real.txt" ] || "$VPY" - "$DATA" "$WORK" "$REAL" "$QN" <<'PY'
 import sys
 import numpy as np
 import bertflow
@@ -120,14 +124,15 @@ for code in $CODES; do
   q="$WORK/queries.npy"; case $code in int8*) q="$WORK/queries-int8.npy";; esac
   [ "${QUERY:-1}" = 1 ] || continue
   "$BENCH" query --index "$idx" --query-npy "$q" --truth "$truth" --exact-queries "$QN" \
-    --rescore "$RESCORE" --threads "$THREADS"
+    --rescore "$RESCORE" --threads "$THREADS" ${SHORTLIST:+--shortlist "$SHORTLIST"}
   [ "${KEEP:-0}" = 1 ] || rm -f "$idx"
 done
 
 if [ "${PEERS:-1}" = 1 ] && (( N <= 1000000 )); then
-  echo "== peers (faiss)"
+  echo "== peers (faiss, usearch)"
   chunk_rows 0 "$N" >/dev/null
   "$PY" scripts/bench_index.py peers --vectors "$WORK/x.npy" --queries "$WORK/queries.npy" \
-    --queries-n "$QN"
+    --queries-n "$QN" --rescore "${PEER_RESCORE:-5,10,20,50,100}" --usearch "${USEARCH:-1}" \
+    --faiss-threads "${FAISS_THREADS-1,2}"
 fi
 rm -f "$WORK/x.npy" "$WORK/x.txt"

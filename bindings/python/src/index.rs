@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use bertflow_core::index::{Identity, Index, IndexWriter, SearchParams};
 use bertflow_core::indexing::{
     build_index, build_index_from_rows, embed_into_index, external_identity, write_vectors,
-    QuantizeWith, VectorsInput, DEFAULT_CHUNK, DEFAULT_RESCORE,
+    QuantizeWith, VectorsInput, DEFAULT_CHUNK, DEFAULT_RESCORE, DEFAULT_SHORTLIST,
 };
 use bertflow_core::progress::silent;
 use bertflow_core::quantize::QuantSpec;
@@ -220,8 +220,11 @@ impl PyIndex {
     /// The `k` best matches of each query, as faiss: `(scores, ids)`, float32
     /// cosines and int64 row numbers, shape `(queries, k)`, best first; rows
     /// past the index's size are `-inf` and `-1`. With `return_texts`, a
-    /// third item: the sentences (lists of str).
-    #[pyo3(signature = (queries, k=10, rescore=DEFAULT_RESCORE, exact=false, threads=0, return_texts=false))]
+    /// third item: the sentences (lists of str). A quantized index scans its
+    /// codes and rescores the best `rescore x k` exactly; bit codes keep
+    /// `shortlist` times as many first, re-ranked by the query against the
+    /// codes' signs (1: none).
+    #[pyo3(signature = (queries, k=10, rescore=DEFAULT_RESCORE, exact=false, threads=0, return_texts=false, shortlist=DEFAULT_SHORTLIST))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
@@ -232,6 +235,7 @@ impl PyIndex {
         exact: bool,
         threads: usize,
         return_texts: bool,
+        shortlist: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let q = match extract_texts(queries, "queries") {
             Ok(texts) => {
@@ -245,7 +249,11 @@ impl PyIndex {
             Err(_) => matrix(queries, "queries", true)?,
         };
         let index = self.index();
-        let params = SearchParams { rescore, threads };
+        let params = SearchParams {
+            rescore,
+            shortlist,
+            threads,
+        };
         let hits = py
             .detach(|| {
                 q.rows()
@@ -401,5 +409,6 @@ impl PyIndex {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
     m.add("DEFAULT_RESCORE", DEFAULT_RESCORE)?;
+    m.add("DEFAULT_SHORTLIST", DEFAULT_SHORTLIST)?;
     Ok(())
 }

@@ -63,6 +63,13 @@ def test_binary_codes_with_rescoring_find_the_exact_neighbours(tmp_path, data):
     # everything; the codes' own order much less.
     assert recall(many) >= 0.95
     assert recall(few) < recall(many)
+    # A wider shortlist re-ranks more codes by the query against their signs:
+    # at the same number of rows rescored, it finds more.
+    _, narrow = index.search(q, k=10, rescore=2, shortlist=1)
+    _, wide = index.search(q, k=10, rescore=2, shortlist=16)
+    assert recall(wide) > recall(narrow)
+    with pytest.raises(ValueError, match="shortlist"):
+        index.search(q, shortlist=0)
 
 
 def test_add_appends_and_search_sees_it(tmp_path, data):

@@ -11,7 +11,7 @@ use bertflow_core::index::{AnnFiles, AnnParams, Index, IndexWriter, SearchParams
 use bertflow_core::indexing::{
     build_ann, build_index, build_index_from_vectors, check_vectors_file, embed_into_index,
     open_rows, write_vectors, QuantizeWith, VectorsInput, DEFAULT_CHUNK, DEFAULT_RESCORE,
-    PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
+    DEFAULT_SHORTLIST, PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
 };
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::quantize::QuantSpec;
@@ -226,6 +226,11 @@ pub struct SearchArgs {
     /// rescore x k codes).
     #[arg(long, default_value_t = DEFAULT_RESCORE, value_name = "N")]
     pub rescore: usize,
+    /// Quantized index of bit codes: the scan keeps N times as many candidates as it
+    /// rescores and re-ranks them by the query against the codes' signs (1: no
+    /// re-ranking; int8 codes ignore it).
+    #[arg(long, default_value_t = DEFAULT_SHORTLIST, value_name = "N")]
+    pub shortlist: usize,
     /// Threads scanning the codes (0: one per core).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
@@ -368,6 +373,7 @@ fn search(mut a: SearchArgs) -> Result<()> {
     let queries = pipeline.calibrate(raw)?;
     let params = SearchParams {
         rescore: a.rescore,
+        shortlist: a.shortlist,
         threads: a.threads,
     };
     for (text, q) in a.query.iter().zip(queries.rows()) {

@@ -66,9 +66,14 @@ pub struct ServeArgs {
     pub ef_search: usize,
     /// A quantized --index (built with --quantize): candidates rescored exactly per result
     /// asked, the best N x top_k codes, unless a /search request gives "rescore"
-    /// [default: the index's default, 20].
+    /// [default: as `bertflow index search`].
     #[arg(long, value_name = "N", requires = "index")]
     pub rescore: Option<usize>,
+    /// A quantized --index of bit codes: the scan keeps N times as many candidates as it
+    /// rescores and re-ranks them by the query against the codes' signs (1: no re-ranking),
+    /// unless a /search request gives "shortlist" [default: as `bertflow index search`].
+    #[arg(long, value_name = "N", requires = "index")]
+    pub shortlist: Option<usize>,
     /// Treat the --corpus file as JSONL whatever its extension.
     #[arg(long, requires = "corpus")]
     pub corpus_jsonl: bool,
@@ -295,15 +300,20 @@ fn embedding_backend(a: &ServeArgs, mut vectors: VectorArgs) -> Result<Served> {
                 rescore: a
                     .rescore
                     .unwrap_or(bertflow_core::indexing::DEFAULT_RESCORE),
+                shortlist: a
+                    .shortlist
+                    .unwrap_or(bertflow_core::indexing::DEFAULT_SHORTLIST),
             };
             let mapped =
                 MappedIndex::open(path, backend.identity(), options).map_err(anyhow::Error::msg)?;
-            if a.rescore.is_some() && mapped.index().quantizer().is_none() {
-                anyhow::bail!(
-                    "--rescore: the index {} stores no codes (build it with `bertflow index build \
-                     --quantize ...`); it is searched exactly",
-                    path.display()
-                );
+            for (flag, given) in [("--rescore", a.rescore), ("--shortlist", a.shortlist)] {
+                if given.is_some() && mapped.index().quantizer().is_none() {
+                    anyhow::bail!(
+                        "{flag}: the index {} stores no codes (build it with `bertflow index \
+                         build --quantize ...`); it is searched exactly",
+                        path.display()
+                    );
+                }
             }
             for n in &mapped.notes {
                 progress::note(format!("note: {n}"));

@@ -314,10 +314,34 @@ fn serve_a_quantized_index_with_rescore() {
     assert!(e.contains("--rescore: rescore must be at least 1"), "{e}");
     let e = common::serve::startup_failure(&["--index", s(&plain), "--rescore", "5"]);
     assert!(e.contains("stores no codes"), "{e}");
+    let e = common::serve::startup_failure(&["--index", s(&idx), "--shortlist", "0"]);
+    assert!(
+        e.contains("--shortlist: shortlist must be at least 1"),
+        "{e}"
+    );
+    let e = common::serve::startup_failure(&["--index", s(&plain), "--shortlist", "2"]);
+    assert!(
+        e.contains("--shortlist: the index") && e.contains("stores no codes"),
+        "{e}"
+    );
 
     let query = "A man is playing a musical instrument.";
     let exact = cli_hits(s(&idx), query, 5, &cache, &["--exact"]);
     let shallow = cli_hits(s(&idx), query, 5, &cache, &["--rescore", "1"]);
+    let shortlisted = cli_hits(
+        s(&idx),
+        query,
+        5,
+        &cache,
+        &["--rescore", "1", "--shortlist", "3"],
+    );
+    let hamming_only = cli_hits(
+        s(&idx),
+        query,
+        5,
+        &cache,
+        &["--rescore", "1", "--shortlist", "1"],
+    );
     assert_eq!(exact.len(), 5);
     let rt = runtime();
     let http = client();
@@ -360,6 +384,21 @@ fn serve_a_quantized_index_with_rescore() {
         let r = post(&http, &url, &json!({"query": query, "rescore": 0})).await;
         assert_error(&r, 422, "invalid_field");
         assert_eq!(r.body["error"]["param"], "rescore");
+        // A request's shortlist searches as `index search --shortlist`.
+        for (shortlist, want) in [(3u64, &shortlisted), (1, &hamming_only)] {
+            let body = json!({"query": query, "top_k": 5, "shortlist": shortlist});
+            let r = post(&http, &url, &body).await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            let got = served_hits(&r.body);
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                assert_eq!(g.0, w.0, "shortlist {shortlist}: {got:?} vs {want:?}");
+                assert!((g.1 - w.1).abs() < 1e-5, "{got:?} vs {want:?}");
+            }
+        }
+        let r = post(&http, &url, &json!({"query": query, "shortlist": 0})).await;
+        assert_error(&r, 422, "invalid_field");
+        assert_eq!(r.body["error"]["param"], "shortlist");
     });
     server.stop();
     let server = Server::start(&["--index", s(&plain)]);
@@ -373,6 +412,14 @@ fn serve_a_quantized_index_with_rescore() {
         assert_error(&r, 422, "invalid_field");
         let m = r.body["error"]["message"].as_str().unwrap();
         assert!(m.contains("stores codes"), "{m}");
+        let r = post(
+            &http,
+            &server.url("/search"),
+            &json!({"query": query, "shortlist": 3}),
+        )
+        .await;
+        assert_error(&r, 422, "invalid_field");
+        assert_eq!(r.body["error"]["param"], "shortlist");
         let info = get(&http, &server.url("/info")).await.body;
         assert_eq!(info["search_method"], "exact");
     });

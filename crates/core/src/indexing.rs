@@ -171,6 +171,10 @@ pub const DEFAULT_CHUNK: usize = 8192;
 /// Candidates rescored exactly per result asked (`--rescore`), by default.
 pub use bertflow_index::DEFAULT_RESCORE;
 
+/// Bit codes: candidates the scan keeps per candidate rescored (`--shortlist`),
+/// by default.
+pub use bertflow_index::DEFAULT_SHORTLIST;
+
 /// The quantizer a quantized index records, from calibrator's quantizer
 /// `q` (fitted elsewhere) or fitted now, and the unit-normalised `sample` of
 /// the build corpus: sign bits (`binary`, `ubinary`, with or without ITQ)

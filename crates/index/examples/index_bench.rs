@@ -7,9 +7,11 @@
 //! index_bench open   --index X.idx           (time to ready, as `serve --index` opens it)
 //! index_bench ann    --index X.idx [--m 24 --ef-construction 200 --limit N]
 //! index_bench query  --index X.idx [--queries 1000 --ef 16,32,64,128 --k 10 --exact-queries 200]
-//!                    [--rescore 1,2,5,10,20 --threads 1,2]   (a quantized index)
+//!                    [--rescore 1,2,5,10,20 --shortlist 1 --threads 1,2]   (a quantized index)
 //!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
 //!                    [--truth T.txt]   (each query's true top k ids, one line each)
+//! index_bench kernels [--rows 1000000 --width 48 --queries 50]
+//!                    (the block Hamming kernel alone, each ISA, one thread: ms per scan)
 //! ```
 //!
 //! Synthetic vectors: `clusters` centres drawn uniformly on the unit sphere, each
@@ -283,10 +285,21 @@ fn main() {
             if index.quantizer().is_some() {
                 let rescores: String = arg(&args, "--rescore", Some("1,2,5,10,20".to_string()));
                 let threads: String = arg(&args, "--threads", Some("1,2".to_string()));
-                for t in threads.split(',').map(|e| e.parse::<usize>().unwrap()) {
-                    for r in rescores.split(',').map(|e| e.parse::<usize>().unwrap()) {
+                let shortlists: String = arg(
+                    &args,
+                    "--shortlist",
+                    Some(bertflow_index::DEFAULT_SHORTLIST.to_string()),
+                );
+                let list =
+                    |s: &str| -> Vec<usize> { s.split(',').map(|e| e.parse().unwrap()).collect() };
+                for t in list(&threads) {
+                    for (s, r) in list(&shortlists)
+                        .into_iter()
+                        .flat_map(|s| list(&rescores).into_iter().map(move |r| (s, r)))
+                    {
                         let params = SearchParams {
                             rescore: r,
+                            shortlist: s,
                             threads: t,
                         };
                         let mut ms = Vec::new();
@@ -300,6 +313,7 @@ fn main() {
                         ms.sort_by(f64::total_cmp);
                         quantized_runs.push((
                             t,
+                            s,
                             r,
                             percentile(&ms, 0.5),
                             percentile(&ms, 0.99),
@@ -307,7 +321,11 @@ fn main() {
                         ));
                     }
                 }
-                println!("resident memory after the quantized searches: {}", rss());
+                println!(
+                    "resident memory after the quantized searches: {} ({} MiB of codes read)",
+                    rss(),
+                    index.resident_code_bytes() >> 20
+                );
             }
             // The true top k: from --truth (one line of ids per query, made
             // elsewhere, e.g. NumPy in one pass) or by exact scans here.
@@ -344,14 +362,14 @@ fn main() {
                 }
             };
             let exact_n = truth.len();
-            for (t, r, p50, p99, got) in quantized_runs {
+            for (t, s, r, p50, p99, got) in quantized_runs {
                 let found: usize = truth
                     .iter()
                     .zip(&got)
                     .map(|(want, got)| got.iter().filter(|i| want.contains(i)).count())
                     .sum();
                 println!(
-                    "codes {} threads={t} rescore={r}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
+                    "codes {} threads={t} shortlist={s} rescore={r}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
                     index.quantizer().map_or("", |q| q.spec.as_str()),
                     found as f64 / (exact_n * k) as f64,
                     exact_n,
@@ -388,6 +406,35 @@ fn main() {
                 );
             }
         }
-        _ => eprintln!("usage: index_bench synth|npy|open|ann|query ... (see the source)"),
+        "kernels" => {
+            use bertflow_kernels::codes::{hamming_block_with, CodeIsa};
+            let rows: usize = arg(&args, "--rows", Some(1_000_000));
+            let width: usize = arg(&args, "--width", Some(48));
+            let queries: usize = arg(&args, "--queries", Some(50));
+            let mut rng = Rng(5);
+            let codes: Vec<u8> = (0..rows * width).map(|_| rng.next_u64() as u8).collect();
+            let q: Vec<u8> = (0..width).map(|_| rng.next_u64() as u8).collect();
+            let mut out = Vec::new();
+            for isa in CodeIsa::all_available() {
+                let mut ms = Vec::new();
+                let mut check = 0u64;
+                for _ in 0..queries {
+                    let t = Instant::now();
+                    for block in codes.chunks(4096 * width) {
+                        hamming_block_with(isa, &q, block, &mut out);
+                        check += u64::from(out[0]);
+                    }
+                    ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                ms.sort_by(f64::total_cmp);
+                println!(
+                    "hamming block kernel {}: {rows} codes of {width} bytes, p50 {:.3} ms per scan, min {:.3} ms ({check})",
+                    isa.name(),
+                    percentile(&ms, 0.5),
+                    ms[0]
+                );
+            }
+        }
+        _ => eprintln!("usage: index_bench synth|npy|open|ann|query|kernels ... (see the source)"),
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod ann;
 mod ann_check;
+mod fetch;
 pub mod format;
 mod locate;
 mod quant;
@@ -29,7 +30,7 @@ pub use format::Identity;
 pub use quant::{CodeKind, Quantization};
 pub use reader::{dot, top_k, Index};
 pub use repair::{repair, Repaired};
-pub use search::{SearchParams, DEFAULT_RESCORE};
+pub use search::{SearchParams, DEFAULT_RESCORE, DEFAULT_SHORTLIST};
 pub use writer::IndexWriter;
 
 use sha2::{Digest, Sha256};

@@ -210,12 +210,90 @@ impl Quantization {
         out
     }
 
+    /// `z`, what the signs of a bit code are taken of: `(unit - c) R` (or
+    /// `unit - c` without a rotation; `c` = 0 without a centre), by the same
+    /// arithmetic as [`Quantization::encode`] (tested: its signs are the
+    /// code). `None` for int8 codes.
+    pub(crate) fn project(&self, unit: &[f32]) -> Option<Vec<f64>> {
+        if self.kind == CodeKind::Int8 {
+            return None;
+        }
+        let d = self.dimension;
+        let centre = |i: usize| self.centre.as_ref().map_or(0.0, |c| c[i]);
+        Some(match &self.rotation {
+            Some(r) => {
+                let mut z = vec![0f64; d];
+                for (i, (&x, row)) in unit.iter().zip(r.chunks_exact(d)).enumerate() {
+                    let x = f64::from(x) - centre(i);
+                    z.iter_mut().zip(row).for_each(|(z, &r)| *z += x * r);
+                }
+                z
+            }
+            None => unit
+                .iter()
+                .enumerate()
+                .map(|(j, &x)| f64::from(x) - centre(j))
+                .collect(),
+        })
+    }
+
+    /// The asymmetric scorer of bit codes against the float query `unit`
+    /// (see [`SignTable`]); `None` for int8 codes.
+    pub(crate) fn sign_table(&self, unit: &[f32]) -> Option<SignTable> {
+        let z = self.project(unit)?;
+        let width = self.width();
+        let flip = if self.kind == CodeKind::Binary {
+            0x80
+        } else {
+            0
+        };
+        let mut table = vec![0f32; width * 256];
+        for (p, part) in table.chunks_exact_mut(256).enumerate() {
+            let zs = z.get(p * 8..).unwrap_or(&[]);
+            for (stored, sum) in part.iter_mut().enumerate() {
+                let bits = stored ^ flip;
+                let s: f64 = zs
+                    .iter()
+                    .take(8)
+                    .enumerate()
+                    .map(|(t, &z)| if bits & (0x80 >> t) != 0 { z } else { -z })
+                    .sum();
+                *sum = s as f32;
+            }
+        }
+        Some(SignTable { width, table })
+    }
+
     /// A scorer of codes against the query code `query`: higher is closer.
     pub(crate) fn scorer(&self) -> fn(CodeIsa, &[u8], &[u8]) -> i32 {
         match self.kind {
             CodeKind::Int8 => score_int8,
             CodeKind::Binary | CodeKind::Ubinary => score_bits,
         }
+    }
+}
+
+/// Scores bit codes against a float query: `sum_j z_j (2 b_j - 1)`, `z` the
+/// query as [`Quantization::project`] gives it and `b` the code's bits (what
+/// `z`'s signs would be for the code's own vector); higher is closer. Unlike
+/// the Hamming distance it weighs each bit by how far the query is from that
+/// bit's threshold. Computed by lookup: 256 partial sums per code byte, made
+/// once per query.
+pub(crate) struct SignTable {
+    width: usize,
+    table: Vec<f32>,
+}
+
+impl SignTable {
+    /// The score of `code` (`width` bytes as stored).
+    pub(crate) fn score(&self, code: &[u8]) -> f32 {
+        debug_assert_eq!(code.len(), self.width);
+        // Four running sums: the additions of one code do not wait on each other.
+        let mut sums = [0f32; 4];
+        for (p, (part, &b)) in self.table.chunks_exact(256).zip(code).enumerate() {
+            sums[p % 4] += part[usize::from(b)];
+        }
+        (sums[0] + sums[1]) + (sums[2] + sums[3])
     }
 }
 
@@ -270,74 +348,106 @@ mod tests {
         assert!(bad(CodeKind::Binary, 2, Some(1.0), None));
         assert!(bad(CodeKind::Int8, 2, Some(1.0), Some(vec![1.0; 4])));
     }
-}
 
-/// Hamming distances of the query code `q` to each `q.len()`-byte code of
-/// `codes`, into `out` (one per code): the whole block in one call, with the
-/// CPU's `popcnt` where it has it (8 bytes per instruction, no call per code).
-/// Equal to `bertflow_kernels::codes::hamming` code by code (tested).
-pub(crate) fn hamming_block(q: &[u8], codes: &[u8], out: &mut Vec<u32>) {
-    out.clear();
-    if q.is_empty() {
-        return;
+    /// SplitMix64 floats in [-1, 1).
+    fn floats(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = s;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+            })
+            .collect()
     }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("popcnt") {
-        // SAFETY: popcnt is present (checked just above).
-        unsafe { hamming_block_popcnt(q, codes, out) };
-        return;
+
+    /// Bit quantizers of dimension `d`: plain, centred, rotated and centred,
+    /// in both bit orders.
+    fn bit_quantizers(d: usize) -> Vec<Quantization> {
+        let mut out = Vec::new();
+        for kind in [CodeKind::Binary, CodeKind::Ubinary] {
+            let plain = Quantization::new("b", kind, d, None, None, "t").unwrap();
+            let centred = plain.clone().centred(floats(d, 3)).unwrap();
+            let r = floats(d * d, 4 + d as u64);
+            let rotated = Quantization::new("b:itq", kind, d, None, Some(r), "t")
+                .unwrap()
+                .centred(floats(d, 5).iter().map(|c| c * 0.1).collect())
+                .unwrap();
+            out.extend([plain, centred, rotated]);
+        }
+        out
     }
-    hamming_block_generic(q, codes, out);
-}
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "popcnt")]
-unsafe fn hamming_block_popcnt(q: &[u8], codes: &[u8], out: &mut Vec<u32>) {
-    hamming_block_generic(q, codes, out);
-}
-
-#[inline(always)]
-fn hamming_block_generic(q: &[u8], codes: &[u8], out: &mut Vec<u32>) {
-    let words = q.len() / 8;
-    let qw: Vec<u64> = q
-        .chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-        .collect();
-    let tail = &q[words * 8..];
-    out.extend(codes.chunks_exact(q.len()).map(|c| {
-        let mut n = 0u32;
-        for (k, &w) in qw.iter().enumerate() {
-            let cw = u64::from_le_bytes(c[k * 8..k * 8 + 8].try_into().unwrap_or_default());
-            n += (w ^ cw).count_ones();
-        }
-        for (a, b) in tail.iter().zip(&c[words * 8..]) {
-            n += (a ^ b).count_ones();
-        }
-        n
-    }));
-}
-
-#[cfg(test)]
-mod block_tests {
     #[test]
-    fn block_distances_equal_the_kernels_one_by_one() {
-        let mut h = 7u64;
-        let mut byte = move || {
-            h = h
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (h >> 33) as u8
-        };
-        for width in [1usize, 5, 8, 13, 48, 96] {
-            let q: Vec<u8> = (0..width).map(|_| byte()).collect();
-            let codes: Vec<u8> = (0..width * 37).map(|_| byte()).collect();
-            let mut out = Vec::new();
-            super::hamming_block(&q, &codes, &mut out);
-            let want: Vec<u32> = codes
-                .chunks_exact(width)
-                .map(|c| bertflow_kernels::codes::hamming_scalar(&q, c))
-                .collect();
-            assert_eq!(out, want, "width {width}");
+    fn the_projection_has_the_codes_signs() {
+        for d in [1usize, 7, 8, 9, 24, 61] {
+            for q in bit_quantizers(d) {
+                for seed in 0..20 {
+                    let x: Vec<f32> = floats(d, 100 + seed).iter().map(|&v| v as f32).collect();
+                    let z = q.project(&x).unwrap();
+                    let mut bits = vec![0u8; q.width()];
+                    for (j, &z) in z.iter().enumerate() {
+                        if z > 0.0 {
+                            bits[j / 8] |= 0x80 >> (j % 8);
+                        }
+                    }
+                    if q.kind == CodeKind::Binary {
+                        bits.iter_mut().for_each(|b| *b ^= 0x80);
+                    }
+                    assert_eq!(bits, q.code(&x), "{} d={d}", q.spec);
+                }
+            }
+        }
+        let i = Quantization::new("int8", CodeKind::Int8, 4, Some(0.1), None, "t").unwrap();
+        assert!(i.project(&[0.0; 4]).is_none() && i.sign_table(&[0.0; 4]).is_none());
+    }
+
+    #[test]
+    fn the_sign_table_scores_the_direct_sum() {
+        for d in [1usize, 7, 8, 9, 24, 61, 384] {
+            for q in bit_quantizers(d) {
+                let x: Vec<f32> = floats(d, 7 + d as u64).iter().map(|&v| v as f32).collect();
+                let z = q.project(&x).unwrap();
+                let table = q.sign_table(&x).unwrap();
+                for seed in 0..50 {
+                    // Random codes as stored (padding bits set at random too:
+                    // they weigh nothing).
+                    let code: Vec<u8> = floats(q.width(), 900 + seed)
+                        .iter()
+                        .map(|&v| ((v + 1.0) * 128.0) as u8)
+                        .collect();
+                    let flip = if q.kind == CodeKind::Binary { 0x80 } else { 0 };
+                    let direct: f64 = z
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &z)| {
+                            let bit = (code[j / 8] ^ flip) & (0x80 >> (j % 8)) != 0;
+                            if bit {
+                                z
+                            } else {
+                                -z
+                            }
+                        })
+                        .sum();
+                    let got = f64::from(table.score(&code));
+                    let scale: f64 = z.iter().map(|z| z.abs()).sum::<f64>().max(1.0);
+                    assert!(
+                        (got - direct).abs() <= 1e-5 * scale,
+                        "{} d={d}: {got} against {direct}",
+                        q.spec
+                    );
+                }
+                // The query's own code scores sum |z_j|, the most any code can.
+                let own = f64::from(table.score(&q.code(&x)));
+                let most: f64 = z.iter().map(|z| z.abs()).sum();
+                assert!(
+                    (own - most).abs() <= 1e-5 * most.max(1.0),
+                    "{} d={d}",
+                    q.spec
+                );
+            }
         }
     }
 }

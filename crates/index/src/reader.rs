@@ -20,22 +20,29 @@ pub(crate) struct Segment {
     /// The codes (format version 3; empty without a quantizer), without
     /// their padding.
     pub(crate) codes: std::ops::Range<usize>,
-    vectors: std::ops::Range<usize>,
+    pub(crate) vectors: std::ops::Range<usize>,
     offsets: std::ops::Range<usize>,
     texts: std::ops::Range<usize>,
 }
 
-/// A memory-mapped index. Searches read the vectors straight from the map.
+/// A memory-mapped index. Exact searches read the vectors straight from the
+/// map; a quantized search reads each segment's codes once into memory of
+/// its own and the rows it rescores with positioned reads (see
+/// [`Index::search_with`]).
 pub struct Index {
     map: Mmap,
-    /// The file mapped, kept open to notice changes under the map.
-    file: File,
+    /// The file mapped, kept open to notice changes under the map (and read
+    /// from by a quantized search).
+    pub(crate) file: File,
     /// The file's length and modification time when it was mapped.
     stamp: Stamp,
     footer: Footer,
     /// CRC-32 of the footer: changes whenever the content does.
     footer_crc: u32,
     segments: Vec<Segment>,
+    /// Each segment's codes, read on the first quantized search that needs
+    /// them (not by `open`: `index info` reads no codes).
+    pub(crate) loaded_codes: Vec<std::sync::OnceLock<Vec<u8>>>,
     /// End of the state opened (just after its trailer).
     end: u64,
     /// Bytes after `end`: an interrupted append.
@@ -215,6 +222,7 @@ impl Index {
             stamp,
             footer: located.footer,
             footer_crc: located.footer_crc,
+            loaded_codes: segments.iter().map(|_| Default::default()).collect(),
             segments,
             end: located.end,
             discarded: located.discarded,
@@ -328,7 +336,7 @@ impl Index {
         self.segments.len()
     }
 
-    fn segment_of(&self, i: usize) -> Option<&Segment> {
+    pub(crate) fn segment_of(&self, i: usize) -> Option<&Segment> {
         let k = self.segments.partition_point(|s| s.first + s.count <= i);
         self.segments.get(k).filter(|s| i >= s.first)
     }
@@ -360,9 +368,10 @@ impl Index {
         &self.segments
     }
 
-    /// The codes of one segment, row-major (empty without a quantizer).
-    pub(crate) fn codes(&self, s: &Segment) -> &[u8] {
-        &self.map[s.codes.clone()]
+    /// The whole map (where positioned reads are not available).
+    #[cfg(not(unix))]
+    pub(crate) fn map_bytes(&self) -> &[u8] {
+        &self.map
     }
 
     /// The unit-normalised vectors of one segment, row-major.

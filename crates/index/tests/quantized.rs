@@ -109,6 +109,7 @@ fn the_scan_keeps_the_best_codes_and_rescoring_is_exact() {
                 .0;
             let one = SearchParams {
                 rescore: 1,
+                shortlist: 1,
                 threads: 1,
             };
             let hit = index.search_with(&query, 1, &one).unwrap();
@@ -120,6 +121,7 @@ fn the_scan_keeps_the_best_codes_and_rescoring_is_exact() {
             // Rescoring every row is the exact search, bit for bit.
             let all_rows = SearchParams {
                 rescore: 500,
+                shortlist: 1,
                 threads: 2,
             };
             assert_eq!(
@@ -130,6 +132,7 @@ fn the_scan_keeps_the_best_codes_and_rescoring_is_exact() {
             // abort the process: the top-k reserved rescore x k slots).
             let huge = SearchParams {
                 rescore: usize::MAX / 4,
+                shortlist: 1,
                 threads: 2,
             };
             assert_eq!(
@@ -147,6 +150,7 @@ fn the_scan_keeps_the_best_codes_and_rescoring_is_exact() {
         ));
         let zero = SearchParams {
             rescore: 0,
+            shortlist: 1,
             threads: 1,
         };
         assert!(matches!(
@@ -179,6 +183,7 @@ fn threads_do_not_change_the_answer() {
                     10,
                     &SearchParams {
                         rescore: 4,
+                        shortlist: 3,
                         threads,
                     },
                 )

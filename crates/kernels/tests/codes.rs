@@ -2,7 +2,8 @@
 //! bit for bit, at widths around the block sizes.
 
 use bertflow_kernels::codes::{
-    dot_i8, dot_i8_scalar, dot_i8_with, hamming, hamming_scalar, hamming_with, CodeIsa,
+    dot_i8, dot_i8_scalar, dot_i8_with, hamming, hamming_block, hamming_block_with, hamming_scalar,
+    hamming_with, CodeIsa,
 };
 
 /// SplitMix64 bytes.
@@ -59,4 +60,59 @@ fn every_kernel_matches_the_scalar_reference() {
         assert_eq!(dot_i8_with(isa, &m, &m), 16384 * 4096);
         assert_eq!(hamming_with(isa, &[0xff; 100], &[0; 100]), 800);
     }
+}
+
+#[test]
+fn block_kernels_match_the_scalar_reference_at_every_width() {
+    let isas = CodeIsa::all_available();
+    // 37 codes: four groups of eight and a remainder of five.
+    for width in 1..=130usize {
+        let q = bytes(width, 7 + width as u64);
+        // A trailing partial code, which is not scored.
+        let mut codes = bytes(width * 37, 9000 + width as u64);
+        codes.extend(bytes(width / 2, 1));
+        let want: Vec<u32> = codes
+            .chunks_exact(width)
+            .map(|c| hamming_scalar(&q, c))
+            .collect();
+        assert_eq!(want.len(), 37);
+        for &isa in &isas {
+            let mut out = vec![1234];
+            hamming_block_with(isa, &q, &codes, &mut out);
+            assert_eq!(out, want, "{} width {width}", isa.name());
+        }
+        let mut out = Vec::new();
+        hamming_block(&q, &codes, &mut out);
+        assert_eq!(out, want, "best, width {width}");
+        // Extremes: every bit differs, none does.
+        let ones = vec![0xffu8; width * 9];
+        for &isa in &isas {
+            hamming_block_with(isa, &vec![0; width], &ones, &mut out);
+            assert_eq!(
+                out,
+                vec![8 * width as u32; 9],
+                "{} width {width}",
+                isa.name()
+            );
+            hamming_block_with(isa, &vec![0xff; width], &ones, &mut out);
+            assert_eq!(out, vec![0; 9], "{} width {width}", isa.name());
+        }
+    }
+    // No codes, an empty query: no distances.
+    let mut out = vec![1];
+    hamming_block(&[1, 2], &[], &mut out);
+    assert!(out.is_empty());
+    hamming_block(&[], &[1, 2, 3], &mut out);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn this_cpu_runs_the_kernels_it_advertises() {
+    // Where /proc/cpuinfo names VPOPCNTDQ (and BW), the AVX-512 family is used.
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+    if has("avx512_vpopcntdq") && has("avx512bw") && has("avx2") {
+        assert_eq!(CodeIsa::best(), CodeIsa::Avx512);
+    }
+    assert!(CodeIsa::all_available().contains(&CodeIsa::best()));
 }

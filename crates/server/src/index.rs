@@ -72,17 +72,38 @@ pub trait SearchIndex: Send + Sync + 'static {
             self.method()
         ))
     }
-    /// [`SearchIndex::search`] with `rescore` candidates per result rescored
-    /// exactly (checked by [`SearchIndex::check_rescore`] first).
+    /// Whether a search may take `shortlist`, the candidates the scan of bit
+    /// codes keeps per candidate rescored (re-ranked by the float query
+    /// first): as [`SearchIndex::check_rescore`].
+    fn check_shortlist(&self, shortlist: usize) -> Result<(), String> {
+        let _ = shortlist;
+        Err(format!(
+            "shortlist applies to a quantized index (one that stores codes); this server searches {}",
+            self.method()
+        ))
+    }
+    /// [`SearchIndex::search`] with the depth of the scan of codes a request
+    /// gives (checked by [`SearchIndex::check_rescore`] and
+    /// [`SearchIndex::check_shortlist`] first).
     fn search_rescored(
         &self,
         query: &[f32],
         top_k: usize,
-        rescore: usize,
+        depth: ScanDepth,
     ) -> Result<Vec<Hit>, String> {
-        let _ = rescore;
+        let _ = depth;
         self.search(query, top_k)
     }
+}
+
+/// How deep a search of a quantized index scans, as a request asks: `None`
+/// keeps the server's setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanDepth {
+    /// Candidates rescored exactly per result.
+    pub rescore: Option<usize>,
+    /// Bit codes: candidates kept by the scan per candidate rescored.
+    pub shortlist: Option<usize>,
 }
 
 /// A [`SearchIndex`] shared with the server; compares by identity.

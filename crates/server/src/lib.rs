@@ -83,7 +83,9 @@
 //! `rescore x top_k` rescored exactly: `rescore` is the server's
 //! (`serve --rescore`, `model::IndexOptions::rescore`) or the request's
 //! `"rescore"` (422 where the index has no codes, searches its HNSW graph, or
-//! refuses the depth).
+//! refuses the depth). Bit codes: the scan keeps `shortlist` times as many,
+//! re-ranked by the query against the codes' signs first (`serve
+//! --shortlist`, the request's `"shortlist"`, checked the same way).
 //! `{"query": q, "top_k": k}` answers `{"results": [{"index": i, "text":
 //! "...", "score": s}, ...]}`, best first (ties: lower index first);
 //! `{"queries": [q, ...]}` answers `{"results": [[...], ...]}`, one list per
@@ -183,7 +185,7 @@ pub use backend::{
 };
 pub use config::{Limits, ServerConfig};
 pub use error::{ApiError, ServerError};
-pub use index::{Hit, SearchIndex, SharedIndex};
+pub use index::{Hit, ScanDepth, SearchIndex, SharedIndex};
 pub use logging::{init_logging, LogFormat};
 pub use metrics::Load;
 pub use openapi::openapi_document;

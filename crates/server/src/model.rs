@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use bertflow_core::encoder::{EncodeOptions, PoolSource};
-use bertflow_core::index::{Ann, Identity, Index, SearchParams};
+use bertflow_core::index::{Ann, CodeKind, Identity, Index, SearchParams};
 use bertflow_core::Pipeline;
 
 use crate::backend::{
     BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, TokenSpan, Tokenized,
 };
-use crate::index::{Hit, SearchIndex};
+use crate::index::{Hit, ScanDepth, SearchIndex};
 
 /// A [`Pipeline`] (model, pooling, token weights, calibrator) as the server's backend.
 pub struct ModelBackend {
@@ -274,6 +274,10 @@ pub struct IndexOptions {
     /// A quantized index: candidates rescored exactly per result asked
     /// (the best `rescore x top_k` codes), unless a request says otherwise.
     pub rescore: usize,
+    /// A quantized index of bit codes: candidates the scan keeps per
+    /// candidate rescored (re-ranked by the query against the codes' signs),
+    /// unless a request says otherwise.
+    pub shortlist: usize,
 }
 
 impl Default for IndexOptions {
@@ -283,6 +287,7 @@ impl Default for IndexOptions {
             ann: false,
             ef_search: bertflow_core::index::DEFAULT_EF_SEARCH,
             rescore: bertflow_core::index::DEFAULT_RESCORE,
+            shortlist: bertflow_core::index::DEFAULT_SHORTLIST,
         }
     }
 }
@@ -308,6 +313,7 @@ pub struct MappedIndex {
     ann: Option<Graph>,
     ef_search: usize,
     rescore: usize,
+    shortlist: usize,
     /// Non-fatal differences (e.g. precision), for the operator.
     pub notes: Vec<String>,
 }
@@ -324,7 +330,10 @@ impl MappedIndex {
             .check_matches(wanted)
             .map_err(|e| format!("refusing the index {}: {e}", path.display()))?;
         if index.quantizer().is_some() {
-            check_rescore(&index, options.rescore).map_err(|e| format!("--rescore: {e}"))?;
+            check_params(&index, options.rescore, SearchParams::default().shortlist)
+                .map_err(|e| format!("--rescore: {e}"))?;
+            check_params(&index, SearchParams::default().rescore, options.shortlist)
+                .map_err(|e| format!("--shortlist: {e}"))?;
         }
         let mut notes = index.identity().notes(wanted);
         notes.extend(index.recovered());
@@ -388,6 +397,7 @@ impl MappedIndex {
             ann,
             ef_search: options.ef_search.max(1),
             rescore: options.rescore,
+            shortlist: options.shortlist,
             notes,
         })
     }
@@ -460,34 +470,27 @@ impl SearchIndex for MappedIndex {
     }
 
     fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Hit>, String> {
-        self.search_rescored(query, top_k, self.rescore)
+        self.search_rescored(query, top_k, ScanDepth::default())
     }
 
     fn check_rescore(&self, rescore: usize) -> Result<(), String> {
-        let index = self.index();
-        if index.quantizer().is_none() {
-            return Err(format!(
-                "rescore applies to a quantized index (one that stores codes); {} has none \
-                 (`bertflow index build --quantize`)",
-                self.path.display()
-            ));
-        }
-        if self.ann.is_some() && !self.reloaded.load(Ordering::Acquire) {
-            return Err(
-                "rescore applies to the scan of the codes; this server searches the HNSW graph \
-                 (--ann)"
-                    .into(),
-            );
-        }
-        check_rescore(&index, rescore)
+        self.scans_codes("rescore")?;
+        check_params(&self.index(), rescore, self.shortlist)
+    }
+
+    fn check_shortlist(&self, shortlist: usize) -> Result<(), String> {
+        self.scans_codes("shortlist")?;
+        check_params(&self.index(), self.rescore, shortlist)
     }
 
     fn search_rescored(
         &self,
         query: &[f32],
         top_k: usize,
-        rescore: usize,
+        depth: ScanDepth,
     ) -> Result<Vec<Hit>, String> {
+        let rescore = depth.rescore.unwrap_or(self.rescore);
+        let shortlist = depth.shortlist.unwrap_or(self.shortlist);
         let index = self.index();
         let graph = self
             .ann
@@ -498,6 +501,7 @@ impl SearchIndex for MappedIndex {
         let k = top_k.min(index.len()).max(1);
         let params = SearchParams {
             rescore: rescore.min(index.len().div_ceil(k).max(1)),
+            shortlist: shortlist.min(index.len().max(1)),
             ..SearchParams::default()
         };
         let ranked = match graph.and_then(|g| g.get()) {
@@ -520,6 +524,16 @@ impl SearchIndex for MappedIndex {
     fn method(&self) -> String {
         let index = self.index();
         let scan = match index.quantizer() {
+            Some(q) if q.kind != CodeKind::Int8 && self.shortlist > 1 => format!(
+                "{} codes ({}, {} bytes per vector) scanned, the best {} x top_k by Hamming \
+                 distance re-ranked by the query against their signs, the best {} x top_k \
+                 rescored exactly",
+                q.kind.name(),
+                q.spec,
+                q.width(),
+                self.shortlist.saturating_mul(self.rescore),
+                self.rescore
+            ),
             Some(q) => format!(
                 "{} codes ({}, {} bytes per vector) scanned, the best {} x top_k rescored exactly",
                 q.kind.name(),
@@ -546,12 +560,33 @@ impl SearchIndex for MappedIndex {
     }
 }
 
-/// Whether `index` (quantized) takes `rescore`: the index's own check, asked
-/// with a search for no results (which reads nothing).
-fn check_rescore(index: &Index, rescore: usize) -> Result<(), String> {
+impl MappedIndex {
+    /// Error unless searches scan the codes (which `what` applies to).
+    fn scans_codes(&self, what: &str) -> Result<(), String> {
+        if self.index().quantizer().is_none() {
+            return Err(format!(
+                "{what} applies to a quantized index (one that stores codes); {} has none \
+                 (`bertflow index build --quantize`)",
+                self.path.display()
+            ));
+        }
+        if self.ann.is_some() && !self.reloaded.load(Ordering::Acquire) {
+            return Err(format!(
+                "{what} applies to the scan of the codes; this server searches the HNSW graph \
+                 (--ann)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `index` (quantized) takes `rescore` and `shortlist`: the index's
+/// own check, asked with a search for no results (which reads nothing).
+fn check_params(index: &Index, rescore: usize, shortlist: usize) -> Result<(), String> {
     let probe = vec![0.0f32; index.identity().dimension];
     let params = SearchParams {
         rescore,
+        shortlist,
         ..SearchParams::default()
     };
     index

@@ -25,6 +25,11 @@ pub(crate) struct SearchRequest {
     /// `rescore x top_k` codes); default: the server's `--rescore`.
     #[serde(default)]
     rescore: Option<usize>,
+    /// A quantized index of bit codes: candidates the scan keeps per
+    /// candidate rescored, re-ranked by the query against the codes' signs
+    /// first; default: the server's `--shortlist`.
+    #[serde(default)]
+    shortlist: Option<usize>,
 }
 
 /// A list of hits for `query`, a list of lists for `queries`.
@@ -101,7 +106,15 @@ pub(crate) async fn search(
             .check_rescore(rescore)
             .map_err(|m| ApiError::invalid(Some("rescore"), m))?;
     }
-    let rescore = request.rescore;
+    if let (Some(shortlist), Some(index)) = (request.shortlist, &state.index) {
+        index
+            .check_shortlist(shortlist)
+            .map_err(|m| ApiError::invalid(Some("shortlist"), m))?;
+    }
+    let depth = crate::index::ScanDepth {
+        rescore: request.rescore,
+        shortlist: request.shortlist,
+    };
     ctx.record(&queries, state.config.log_inputs);
     if let Some(index) = &state.index {
         let index = Arc::clone(index);
@@ -121,9 +134,10 @@ pub(crate) async fn search(
                     .iter()
                     .map(|e| {
                         let timer = searcher.metrics.search.start_timer();
-                        let hits = match rescore {
-                            Some(r) => index.search_rescored(&e.vector, top_k, r),
-                            None => index.search(&e.vector, top_k),
+                        let hits = if depth == crate::index::ScanDepth::default() {
+                            index.search(&e.vector, top_k)
+                        } else {
+                            index.search_rescored(&e.vector, top_k, depth)
                         };
                         timer.observe_duration();
                         hits.map_err(|m| ApiError::Internal(format!("search failed: {m}")))

@@ -131,6 +131,7 @@ class Index:
         exact: bool = False,
         threads: int = 0,
         return_texts: bool = False,
+        shortlist: int = 16,
     ) -> Tuple[Any, ...]: ...
     def add(
         self,

@@ -160,9 +160,10 @@ fn exercise(index: &Index) {
                 assert!(hits.len() <= k.min(n));
                 assert!(hits.iter().all(|&(i, _)| i < n));
             }
-            for rescore in [0, 1, 3] {
+            for (rescore, shortlist) in [(0, 1), (1, 1), (3, 1), (1, 0), (2, 4)] {
                 let params = SearchParams {
                     rescore,
+                    shortlist,
                     threads: 2,
                 };
                 if let Ok(hits) = index.search_with(q, k, &params) {
