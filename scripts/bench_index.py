@@ -145,12 +145,12 @@ def usearch_peers(a, x, q, k, recall, bits):
             u.add(keys, bits, threads=a.threads)
         build = time.perf_counter() - t
         mem = u.memory_usage / 2**20
-        print(f"usearch {dtype} HNSW: built {len(x)} in {build:.0f} s on {a.threads} threads, index memory {mem:.0f} MiB")
+        print(f"usearch {dtype} HNSW: built {len(x)} in {build:.0f} s on {a.threads} threads, index memory {mem:.0f} MiB", flush=True)
         for ef in efs:
             u.expansion_search = ef
             if dtype == "i8":
                 got, p50, p99 = timed(lambda qq: u.search(qq[0], k, threads=1).keys, q)
-                print(f"usearch i8 HNSW ef={ef}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, index {mem:.0f} MiB")
+                print(f"usearch i8 HNSW ef={ef}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, index {mem:.0f} MiB", flush=True)
                 continue
             for r in [int(v) for v in a.rescore.split(",")]:
                 if k * r > ef:
@@ -161,7 +161,7 @@ def usearch_peers(a, x, q, k, recall, bits):
                     return c[np.argsort(-(x[c] @ qq[0]))[:k]]
 
                 got, p50, p99 = timed(search, q)
-                print(f"usearch b1 HNSW+rescore ef={ef} rescore={r}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, index {mem:.0f} MiB")
+                print(f"usearch b1 HNSW+rescore ef={ef} rescore={r}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, index {mem:.0f} MiB", flush=True)
         del u
 
 
