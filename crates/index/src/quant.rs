@@ -349,18 +349,10 @@ mod tests {
         assert!(bad(CodeKind::Int8, 2, Some(1.0), Some(vec![1.0; 4])));
     }
 
-    /// SplitMix64 floats in [-1, 1).
+    /// Seeded floats in [-1, 1).
     fn floats(n: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = s;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-            })
-            .collect()
+        let mut rng = bertflow_numeric::rng::SplitMix64::new(seed);
+        (0..n).map(|_| 2.0 * rng.next_f64() - 1.0).collect()
     }
 
     /// Bit quantizers of dimension `d`: plain, centred, rotated and centred,
