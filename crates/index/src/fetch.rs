@@ -82,8 +82,9 @@ impl Index {
 
     /// Tell the kernel that `len` bytes at `at` will be read soon (a hint:
     /// errors are ignored, the read that follows reports them).
+    /// (Linux only: macOS has no `posix_fadvise`.)
     fn will_need(&self, at: u64, len: usize) {
-        #[cfg(unix)]
+        #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
             let (Ok(at), Ok(len)) = (libc::off_t::try_from(at), libc::off_t::try_from(len)) else {
@@ -95,7 +96,7 @@ impl Index {
                 libc::posix_fadvise(self.file.as_raw_fd(), at, len, libc::POSIX_FADV_WILLNEED)
             };
         }
-        #[cfg(not(unix))]
+        #[cfg(not(target_os = "linux"))]
         let _ = (at, len);
     }
 
