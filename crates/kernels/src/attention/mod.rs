@@ -3,21 +3,24 @@
 //! `qkv` holds, for each of the `batch * seq` tokens, one row `[q | k | v]` of
 //! `3 * hidden` values, each part head-major (`heads` blocks of `head_dim`), with
 //! the 1/sqrt(head_dim) scale already folded into `q`. For every sentence and head
-//! the kernel runs fused in registers and L1 (no `gemm` calls, no Q/V copies, no
-//! mask tensor): the sentence's real keys of that head transposed once into
-//! scratch, then, for groups of up to four queries, their score rows (one FMA
-//! per 16 keys and head dimension, each key chunk loaded once for the group), a
-//! softmax over the real keys (positions `< len`; padded keys get probability 0,
-//! as an additive mask of -inf would), and the probability-weighted sum of the
-//! values, accumulated in registers and written straight into the query rows of
-//! `ctx` (`batch * seq` rows of `hidden`).
+//! the kernel runs fused in registers and L1 (no `gemm` calls, no mask tensor),
+//! 16 queries at a time side by side in the lanes of a vector: the block's
+//! queries transposed once, their scores against each real key (the key's values
+//! broadcast: keys are neither copied nor padded), a softmax down each lane
+//! (max and sum over the keys lane by lane, no horizontal reductions; padded keys
+//! are never read, as an additive mask of -inf would give), and the
+//! exponential-weighted sum of the values, scaled by each query's 1 / sum and
+//! written straight into the query rows of `ctx` (`batch * seq` rows of
+//! `hidden`). With AVX-512 the block is written with intrinsics (`avx512.rs`),
+//! elsewhere in portable code (`context.rs`); both do the same multiply-adds in
+//! the same order, so every CPU gets the same bits.
 //!
 //! [`AttnOpts`] adds what some architectures need on top: an additive score bias
 //! shared by every sentence of the batch (MPNet's relative position bias, one
 //! `seq x seq` block per head) and a symmetric sliding window (ModernBERT's local
 //! layers: query `i` sees only the keys `j` with `|i - j| <= window / 2`).
 use crate::act::exp_neg;
-use crate::norm::{lane_sum, shape_err, simd_fn, ShapeError};
+use crate::norm::{shape_err, simd_fn, ShapeError};
 
 /// Sizes of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,8 +102,7 @@ pub fn attention(
         }
     }
     let (dh, stride) = (shape.head_dim, 3 * h);
-    let lp = len_pad(seq);
-    let need = (dh * lp + QR * lp).max(seq * lp);
+    let need = scratch_len(seq, dh);
     if scores.len() < need {
         scores.resize(need, 0.0);
     }
@@ -141,14 +143,27 @@ pub fn attention(
 /// Sentences longer than this (padded length) go through gemm ([`long`]).
 const LONG: usize = 64;
 
-/// Keys per score chunk (one 512-bit register of f32).
+/// Keys per score chunk of the long path ([`long`]): its score rows are padded to
+/// whole chunks of 16.
 const KC: usize = 16;
-/// Queries per pass: each key row loaded once for up to `QR` independent FMA chains.
-const QR: usize = 4;
+/// Queries side by side in the lanes of one score vector (one 512-bit register
+/// of f32).
+const QL: usize = 16;
 
 /// `len` rounded up to whole key chunks.
 fn len_pad(len: usize) -> usize {
     len.div_ceil(KC) * KC
+}
+
+/// Scratch values [`attention`] needs for one head of `seq` tokens of `dh` values:
+/// [`head_attention`]'s transposed queries and score columns, or [`long`]'s
+/// score rows.
+fn scratch_len(seq: usize, dh: usize) -> usize {
+    if seq > LONG {
+        seq * len_pad(seq)
+    } else {
+        (dh + seq) * QL
+    }
 }
 
 /// Where one head's Q, K and V sit in the token rows of one sentence (offsets of
@@ -165,13 +180,18 @@ struct Head {
 }
 
 simd_fn! {
-    /// One head of one sentence, fused: K of the real keys transposed into
-    /// `scratch` (`dh` rows of [`len_pad`]`(len)` keys, zero past `len`), then for
-    /// each group of up to [`QR`] queries their score rows (`dh` FMAs per 16 keys,
-    /// the key chunk loaded once per group), the softmax of each row (bias, window)
-    /// and the probability-weighted sum of the values, written to `out` (query `i`
-    /// at `out[i * out_stride..][..dh]`). Every query row of the sentence is
+    /// One head of one sentence, fused, 16 queries at a time side by side in the
+    /// lanes of a vector: the block's queries transposed into `scratch` (`dh`
+    /// rows of 16), their scores against each real key (`dh` FMAs per key, the
+    /// key's value broadcast, so keys need no transposing and no padding), a
+    /// softmax down each lane (no horizontal reductions: max and sum over keys are
+    /// lane-wise), and the context `sum_j e_ij v_j` of each query row, scaled by
+    /// the row's 1 / sum and written to `out` (query `i` at
+    /// `out[i * out_stride..][..dh]`). Every query row of the sentence is
     /// computed, padded ones included (they see the real keys only).
+    ///
+    /// With AVX-512 ([`wide_registers`]) each block runs as [`avx512::block`]:
+    /// 8 keys per score pass and 16 context columns per pass, in registers.
     fn head_attention(
         sent: &[f32],
         hd: Head,
@@ -181,261 +201,220 @@ simd_fn! {
         out_stride: usize,
         scratch: &mut [f32],
     ) {
-        let Head { dh, seq, len, .. } = hd;
-        let lp = len_pad(len);
-        let (kt, s) = scratch.split_at_mut(dh * lp);
-        transpose_keys(sent, hd, kt);
-        let s = &mut s[..QR * lp];
-        let mut i0 = 0;
-        while i0 < seq {
-            match (seq - i0).min(QR) {
-                1 => group::<1>(sent, hd, i0, kt, s, bias, window, out, out_stride),
-                2 => group::<2>(sent, hd, i0, kt, s, bias, window, out, out_stride),
-                3 => group::<3>(sent, hd, i0, kt, s, bias, window, out, out_stride),
-                _ => group::<QR>(sent, hd, i0, kt, s, bias, window, out, out_stride),
+        let Head { dh, seq, len, stride, .. } = hd;
+        let (qt, e) = scratch.split_at_mut(dh * QL);
+        let e = &mut e[..len * QL];
+        let wide = wide_registers();
+        for i0 in (0..seq).step_by(QL) {
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: `wide` means AVX512F (and with it FMA) was detected.
+                unsafe { avx512::block(sent, hd, i0, bias, window, qt, e, (&mut *out, out_stride)) };
+                continue;
             }
-            i0 += QR;
+            let rows = (seq - i0).min(QL);
+            transpose_rows(sent, (hd.q + i0 * stride, stride), rows, dh, qt);
+            scores(sent, hd, qt, e);
+            let inv = softmax_lanes(e, hd, i0, bias, window);
+            let blk = Block { i0, rows, inv: &inv };
+            context(sent, hd, e, &blk, (&mut *out, out_stride));
         }
     }
 }
 
-/// Queries `i0..i0 + R` of [`head_attention`]: scores into `s` (`R` rows of
-/// `len_pad(len)`), softmax, context into `out`.
-#[allow(clippy::too_many_arguments)]
+/// Whether the CPU has 32 vector registers (AVX-512), for [`head_attention`]'s
+/// block sizes.
 #[inline(always)]
-fn group<const R: usize>(
-    sent: &[f32],
-    hd: Head,
-    i0: usize,
-    kt: &[f32],
-    s: &mut [f32],
-    bias: Option<&[f32]>,
-    window: Option<usize>,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let Head {
-        stride,
-        dh,
-        seq,
-        len,
-        ..
-    } = hd;
-    let lp = len_pad(len);
-    let q: [&[f32]; R] = std::array::from_fn(|r| &sent[hd.q + (i0 + r) * stride..][..dh]);
-    let kt = &kt[..dh * lp];
-    for c in (0..lp).step_by(KC) {
-        let mut acc = [[0f32; KC]; R];
-        for d in 0..dh {
-            let kc: &[f32; KC] = kt[d * lp + c..d * lp + c + KC].try_into().expect("KC keys");
-            for (a, q) in acc.iter_mut().zip(&q) {
-                let x = q[d];
-                for (a, &k) in a.iter_mut().zip(kc) {
-                    *a = x.mul_add(k, *a);
-                }
-            }
-        }
-        for (a, row) in acc.iter().zip(s.chunks_exact_mut(lp)) {
-            row[c..c + KC].copy_from_slice(a);
-        }
+fn wide_registers() -> bool {
+    #[cfg(test)]
+    if tests::PORTABLE.with(|p| p.get()) {
+        return false;
     }
-    for (r, row) in s.chunks_exact_mut(lp).take(R).enumerate() {
-        let i = i0 + r;
-        softmax_row(
-            row,
-            len,
-            i,
-            bias.map(|b| &b[i * seq..i * seq + len]),
-            window,
-        );
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma")
     }
-    let p: [&[f32]; R] = std::array::from_fn(|r| &s[r * lp..r * lp + len]);
-    let mut c = 0;
-    while c < dh {
-        c += match dh - c {
-            w if w >= 64 => context::<R, 64>(sent, hd, &p, c, i0, out, out_stride),
-            w if w >= 32 => context::<R, 32>(sent, hd, &p, c, i0, out, out_stride),
-            w if w >= 16 => context::<R, 16>(sent, hd, &p, c, i0, out, out_stride),
-            _ => context::<R, 1>(sent, hd, &p, c, i0, out, out_stride),
-        };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
-/// The real keys of head `hd` transposed into `kt` (`dh` rows of `len_pad(len)`
-/// keys, zero past `len`): 16 x 16 blocks in registers where the CPU has
-/// AVX-512, the rest (and other CPUs) with plain moves. Not inlined into the
-/// vectorised caller on purpose: the compiler would turn the strided moves into
-/// gathers and scatters, slower than the moves on every x86 CPU.
-#[inline(never)]
-fn transpose_keys(sent: &[f32], hd: Head, kt: &mut [f32]) {
+/// Scores of the block's 16 queries (`qt`: `dh` rows of 16 lanes) against every
+/// real key, `KB` keys per pass (`KB` independent FMA chains): `e[j][l] =
+/// q_l . k_j`, summed over `d` in order.
+#[inline(always)]
+fn scores(sent: &[f32], hd: Head, qt: &[f32], e: &mut [f32]) {
+    const KB: usize = 4;
     let Head {
         stride, dh, len, ..
     } = hd;
-    let lp = len_pad(len);
-    let kt = &mut kt[..dh * lp];
-    let key = |j: usize| &sent[hd.k + j * stride..][..dh];
-    let mut d0 = 0;
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        const ZERO: [f32; 16] = [0.0; 16];
-        while d0 + 16 <= dh {
-            for j0 in (0..lp).step_by(16) {
-                let rows: [&[f32]; 16] = std::array::from_fn(|l| {
-                    let j = j0 + l;
-                    if j < len {
-                        &key(j)[d0..d0 + 16]
-                    } else {
-                        &ZERO[..]
-                    }
-                });
-                // SAFETY: AVX512F was detected just above, the only requirement.
-                unsafe { transpose16_avx512(&rows, &mut kt[d0 * lp + j0..], lp) };
+    let qt = &qt[..dh * QL];
+    for j0 in (0..len).step_by(KB) {
+        let kb = (len - j0).min(KB);
+        // Past the last key the pass repeats it (computed, not stored).
+        let k: [&[f32]; KB] =
+            std::array::from_fn(|b| &sent[hd.k + (j0 + b.min(kb - 1)) * stride..][..dh]);
+        let mut acc = [[0f32; QL]; KB];
+        for (d, qd) in qt.chunks_exact(QL).enumerate() {
+            for (a, k) in acc.iter_mut().zip(&k) {
+                let x = k[d];
+                for (a, &q) in a.iter_mut().zip(qd) {
+                    *a = x.mul_add(q, *a);
+                }
             }
-            d0 += 16;
         }
-    }
-    for d in d0..dh {
-        let row = &mut kt[d * lp..(d + 1) * lp];
-        for (j, x) in row.iter_mut().enumerate() {
-            *x = if j < len { key(j)[d] } else { 0.0 };
+        for (a, row) in acc.iter().zip(e[j0 * QL..].chunks_exact_mut(QL)).take(kb) {
+            row.copy_from_slice(a);
         }
     }
 }
 
-/// `out[c * stride + r] = rows[r][c]` for a 16 x 16 block (rows of at least 16
-/// values; `out` at least `15 * stride + 16` long): two rounds of in-lane
-/// unpacks, then two of 128-bit lane shuffles.
-///
-/// # Safety
-/// The CPU must support AVX512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn transpose16_avx512(rows: &[&[f32]; 16], out: &mut [f32], stride: usize) {
-    use std::arch::x86_64::*;
-    assert!(rows.iter().all(|r| r.len() >= 16) && out.len() >= 15 * stride + 16);
-    // SAFETY: each row holds at least 16 values (asserted): one unaligned load.
-    let r: [__m512; 16] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(rows[i].as_ptr()) });
-    // t[2i], t[2i+1]: rows 2i and 2i+1 interleaved (columns 4L, 4L+1 and 4L+2,
-    // 4L+3 of each 128-bit lane L).
-    let t: [__m512; 16] = std::array::from_fn(|i| {
-        let (a, b) = (r[i & !1], r[i | 1]);
-        if i % 2 == 0 {
-            _mm512_unpacklo_ps(a, b)
-        } else {
-            _mm512_unpackhi_ps(a, b)
-        }
-    });
-    // u[4g + m], lane L: column 4L + m of rows 4g..4g + 4.
-    let u: [__m512; 16] = std::array::from_fn(|i| {
-        let (g, m) = (i / 4 * 4, i % 4);
-        let (a, b) = (
-            _mm512_castps_pd(t[g + m / 2]),
-            _mm512_castps_pd(t[g + m / 2 + 2]),
-        );
-        _mm512_castpd_ps(if m % 2 == 0 {
-            _mm512_unpacklo_pd(a, b)
-        } else {
-            _mm512_unpackhi_pd(a, b)
-        })
-    });
-    for m in 0..4 {
-        let a = _mm512_shuffle_f32x4::<0x88>(u[m], u[4 + m]);
-        let b = _mm512_shuffle_f32x4::<0xdd>(u[m], u[4 + m]);
-        let c = _mm512_shuffle_f32x4::<0x88>(u[8 + m], u[12 + m]);
-        let d = _mm512_shuffle_f32x4::<0xdd>(u[8 + m], u[12 + m]);
-        let cols = [
-            (m, _mm512_shuffle_f32x4::<0x88>(a, c)),
-            (4 + m, _mm512_shuffle_f32x4::<0x88>(b, d)),
-            (8 + m, _mm512_shuffle_f32x4::<0xdd>(a, c)),
-            (12 + m, _mm512_shuffle_f32x4::<0xdd>(b, d)),
-        ];
-        for (col, v) in cols {
-            // SAFETY: col * stride + 16 <= 15 * stride + 16 <= out.len() (asserted).
-            unsafe { _mm512_storeu_ps(out[col * stride..].as_mut_ptr(), v) };
-        }
-    }
-}
-
-/// Context columns `c..c + W` of queries `i0..i0 + R`: `sum_j p[r][j] v_j` over
-/// the real keys, `R x W` accumulators, each value row chunk loaded once.
-/// Returns `W`.
+/// The softmax of each lane (query `i0 + l`) down the score rows `e` (one row of
+/// 16 lanes per real key), in place without the division: `e[j][l]` becomes
+/// `exp(s_jl - max_l)`, or 0 where key `j` is hidden from query `i0 + l` (the
+/// window; `bias`, `[seq, seq]` (query, key), added first). Returns each lane's
+/// 1 / sum (0 for a query that sees no key).
 #[inline(always)]
-fn context<const R: usize, const W: usize>(
-    sent: &[f32],
+fn softmax_lanes(
+    e: &mut [f32],
     hd: Head,
-    p: &[&[f32]; R],
-    c: usize,
     i0: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) -> usize {
-    let mut acc = [[0f32; W]; R];
-    for j in 0..hd.len {
-        let at = hd.v + j * hd.stride + c;
-        let vj: &[f32; W] = sent[at..at + W].try_into().expect("W values");
-        for (a, pr) in acc.iter_mut().zip(p) {
-            let x = pr[j];
-            for (a, &v) in a.iter_mut().zip(vj) {
-                *a = x.mul_add(v, *a);
+    bias: Option<&[f32]>,
+    window: Option<usize>,
+) -> [f32; QL] {
+    let seq = hd.seq;
+    if let Some(b) = bias {
+        for (j, row) in e.chunks_exact_mut(QL).enumerate() {
+            for (l, x) in row.iter_mut().enumerate() {
+                *x += b[(i0 + l).min(seq - 1) * seq + j];
             }
         }
     }
-    for (r, a) in acc.iter().enumerate() {
-        let at = (i0 + r) * out_stride + c;
-        out[at..at + W].copy_from_slice(a);
+    // Lane positions as i32 (64-bit compares do not fill a 16-lane register).
+    let half = window.map_or(i32::MAX, |w| (w / 2).min(i32::MAX as usize) as i32);
+    let qi: [i32; QL] = std::array::from_fn(|l| (i0 + l) as i32);
+    let seen = |i: i32, j: usize| (i - j as i32).abs() <= half;
+    let mut m = [f32::NEG_INFINITY; QL];
+    for (j, row) in e.chunks_exact(QL).enumerate() {
+        for ((m, &x), &i) in m.iter_mut().zip(row).zip(&qi) {
+            let x = if seen(i, j) { x } else { f32::NEG_INFINITY };
+            *m = if x > *m { x } else { *m };
+        }
     }
-    W
+    let mut sum = [0f32; QL];
+    for (j, row) in e.chunks_exact_mut(QL).enumerate() {
+        for (((s, x), &m), &i) in sum.iter_mut().zip(row).zip(&m).zip(&qi) {
+            let v = exp_neg(m - *x);
+            *x = if seen(i, j) { v } else { 0.0 };
+            *s += *x;
+        }
+    }
+    std::array::from_fn(|l| if sum[l] > 0.0 { 1.0 / sum[l] } else { 0.0 })
+}
+
+/// `n` rows of `dh` values (row `l` at `sent[first + l * stride..]`) transposed
+/// into `dst` (`dh` rows of 16 lanes; lanes past `n` repeat row `n - 1`). Not
+/// inlined into the vectorised caller on purpose: the compiler would turn the
+/// strided moves into gathers and scatters, slower than the moves.
+#[inline(never)]
+fn transpose_rows(
+    sent: &[f32],
+    (first, stride): (usize, usize),
+    n: usize,
+    dh: usize,
+    dst: &mut [f32],
+) {
+    let rows: [&[f32]; QL] = std::array::from_fn(|l| &sent[first + l.min(n - 1) * stride..][..dh]);
+    for (d, out) in dst[..dh * QL].chunks_exact_mut(QL).enumerate() {
+        for (x, row) in out.iter_mut().zip(&rows) {
+            *x = row[d];
+        }
+    }
 }
 
 /// Softmax of one score row (query `i`) in place: `row` holds `len_pad(len)`
 /// scores, of which the first `len` are the real keys; `bias` (`len` values) is
 /// added first. With a window only the keys `j` with `|i - j| <= window / 2` keep
 /// a probability; every other entry of the row gets 0 (all 0 when no key is
-/// left). Whole 16-lane chunks with the hidden keys masked, so it vectorises.
+/// left).
 #[inline(always)]
 fn softmax_row(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, window: Option<usize>) {
+    let inv = softmax_exp(row, len, i, bias, window);
+    for x in row.iter_mut() {
+        *x *= inv;
+    }
+}
+
+/// [`softmax_row`] without the division: the row gets `exp(x_j - max)` (0 for
+/// hidden keys) and the result is 1 / their sum (0 when no key is seen), for the
+/// caller to scale by. Whole 16-lane chunks with the hidden keys masked, and
+/// fixed-order tree reductions, so it vectorises and every build gives the same
+/// bits.
+#[inline(always)]
+fn softmax_exp(
+    row: &mut [f32],
+    len: usize,
+    i: usize,
+    bias: Option<&[f32]>,
+    window: Option<usize>,
+) -> f32 {
     let (lo, hi) = match window {
         None => (0, len),
         Some(w) => (i.saturating_sub(w / 2), (i + w / 2 + 1).min(len)),
     };
     if lo >= hi {
         row.fill(0.0);
-        return;
+        return 0.0;
     }
     if let Some(b) = bias {
         for (x, &b) in row.iter_mut().zip(b) {
             *x += b;
         }
     }
-    let seen = |j: usize| j >= lo && j < hi;
+    // Lane positions as u32 (u64 compares do not fit a 16-lane register).
+    let (lo, hi) = (lo as u32, hi as u32);
+    let lane: [u32; KC] = std::array::from_fn(|l| l as u32);
     let mut m = [f32::NEG_INFINITY; KC];
     for (c, chunk) in row.chunks_exact(KC).enumerate() {
-        for (l, (m, &x)) in m.iter_mut().zip(chunk).enumerate() {
-            let x = if seen(c * KC + l) {
+        let base = (c * KC) as u32;
+        for ((m, &x), &l) in m.iter_mut().zip(chunk).zip(&lane) {
+            let j = base + l;
+            let x = if j >= lo && j < hi {
                 x
             } else {
                 f32::NEG_INFINITY
             };
-            *m = m.max(x);
+            *m = if x > *m { x } else { *m };
         }
     }
-    let max = m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let max = tree(m, |a, b| if b > a { b } else { a });
     let mut sum = [0f32; KC];
     for (c, chunk) in row.chunks_exact_mut(KC).enumerate() {
-        for (l, (s, x)) in sum.iter_mut().zip(chunk).enumerate() {
+        let base = (c * KC) as u32;
+        for ((s, x), &l) in sum.iter_mut().zip(chunk).zip(&lane) {
+            let j = base + l;
             let e = exp_neg(max - *x);
-            *x = if seen(c * KC + l) { e } else { 0.0 };
+            *x = if j >= lo && j < hi { e } else { 0.0 };
             *s += *x;
         }
     }
-    let inv = 1.0 / lane_sum(&sum);
-    for chunk in row.chunks_exact_mut(KC) {
-        for x in chunk {
-            *x *= inv;
-        }
-    }
+    1.0 / tree(sum, |a, b| a + b)
 }
 
+/// `f` folded over 16 lanes as a fixed tree (lanes `l` and `l + 8`, then `+ 4`,
+/// `+ 2`, `+ 1`): one order on every CPU.
+#[inline(always)]
+fn tree(v: [f32; KC], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let v8: [f32; 8] = std::array::from_fn(|l| f(v[l], v[l + 8]));
+    let v4: [f32; 4] = std::array::from_fn(|l| f(v8[l], v8[l + 4]));
+    f(f(v4[0], v4[2]), f(v4[1], v4[3]))
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod context;
 mod long;
+use context::{context, Block};
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,11 @@
 //! Attention against a textbook f64 reference.
 use super::*;
+use std::cell::Cell;
+
+thread_local! {
+    /// Makes [`wide_registers`] say no: the portable block on any CPU.
+    pub(super) static PORTABLE: Cell<bool> = const { Cell::new(false) };
+}
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -214,4 +220,43 @@ fn bad_shapes_are_errors() {
     assert!(attention(&qkv, &[3], s, o, &mut ctx, &mut p).is_err());
     assert!(attention(&qkv[1..], &[3, 3], s, o, &mut ctx, &mut p).is_err());
     assert!(attention(&qkv, &[3, 3], s, o, &mut ctx[1..], &mut p).is_err());
+}
+
+#[test]
+fn avx512_block_equals_the_portable_block_bit_for_bit() {
+    // The AVX-512 block (where the CPU has it) and the portable one do the same
+    // multiply-adds in the same order: the same bits, for every shape of the
+    // register path (odd head dims, partial query blocks, bias and window).
+    for (batch, seq, heads, head_dim, lens) in [
+        (2, 13, 12, 32, vec![13, 6]),
+        (2, 40, 2, 64, vec![40, 33]),
+        (1, 21, 3, 48, vec![17]),
+        (1, 18, 1, 83, vec![18]),
+        (3, 7, 2, 5, vec![7, 3, 1]),
+    ] {
+        let s = AttnShape {
+            batch,
+            seq,
+            heads,
+            head_dim,
+        };
+        let qkv: Vec<f32> = values(batch * seq * 3 * s.hidden(), 11 + seq as u64);
+        let bias = values(heads * seq * seq, 5);
+        for opts in [
+            AttnOpts::default(),
+            AttnOpts {
+                bias: Some(&bias),
+                window: Some(5),
+            },
+        ] {
+            let run = |portable: bool| {
+                PORTABLE.with(|p| p.set(portable));
+                let mut ctx = vec![f32::NAN; batch * seq * s.hidden()];
+                attention(&qkv, &lens, s, opts, &mut ctx, &mut Vec::new()).unwrap();
+                PORTABLE.with(|p| p.set(false));
+                ctx.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(run(false), run(true), "{s:?} {opts:?}");
+        }
+    }
 }
