@@ -82,16 +82,11 @@ pub(super) unsafe fn block(
         ..
     } = hd;
     let rows = (seq - i0).min(QL);
-    let row_end = |first: usize, i: usize| first + i * stride + dh;
     assert!(
         i0 < seq
-            && len >= 1
-            && len <= seq
+            && hd.fits(sent.len())
             && qt.len() >= dh * QL
             && e.len() >= len * QL
-            && row_end(hd.q, seq - 1) <= sent.len()
-            && row_end(hd.k, len - 1) <= sent.len()
-            && row_end(hd.v, len - 1) <= sent.len()
             && out.len() >= (i0 + rows - 1) * out_stride + dh
     );
     let base = sent.as_ptr();

@@ -44,12 +44,7 @@ pub(super) fn head_attention_gemm(
     let lp = len_pad(len);
     let s = &mut scratch[..seq * lp];
     let (q, k, v) = (&sent[hd.q..], &sent[hd.k..], &sent[hd.v..]);
-    assert!(
-        q.len() >= (seq - 1) * stride + dh
-            && k.len() >= (len - 1) * stride + dh
-            && v.len() >= (len - 1) * stride + dh
-            && out.len() >= (seq - 1) * out_stride + dh
-    );
+    assert!(hd.fits(sent.len()) && out.len() >= (seq - 1) * out_stride + dh);
     // SAFETY (both calls): every index gemm forms is in bounds (asserted above:
     // element d < dh of query row i < seq, of key and value rows j < len, at
     // offset i * stride + d or j * stride + d; scores as seq rows of len values

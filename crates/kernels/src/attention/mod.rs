@@ -179,6 +179,19 @@ struct Head {
     len: usize,
 }
 
+impl Head {
+    /// Whether a sentence of `n` values holds this head's `seq` query rows and
+    /// `len` key and value rows (each `dh` values from its offset).
+    fn fits(&self, n: usize) -> bool {
+        let end = |first: usize, rows: usize| first + (rows - 1) * self.stride + self.dh;
+        self.len >= 1
+            && self.len <= self.seq
+            && end(self.q, self.seq) <= n
+            && end(self.k, self.len) <= n
+            && end(self.v, self.len) <= n
+    }
+}
+
 simd_fn! {
     /// One head of one sentence, fused, 16 queries at a time side by side in the
     /// lanes of a vector: the block's queries transposed into `scratch` (`dh`
