@@ -10,6 +10,9 @@
 //!                    [--rescore 1,2,5,10,20 --shortlist 1 --threads 1,2]   (a quantized index)
 //!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
 //!                    [--truth T.txt]   (each query's true top k ids, one line each)
+//!                    [--warm]   (each query set run once untimed first)
+//!                    [--ann [--ann-rescore 10,20]]   (the stored graph only, no scan; over
+//!                    codes, each ef with each rescore depth; VmRSS after)
 //! index_bench kernels [--rows 1000000 --width 48 --queries 50]
 //!                    (the block Hamming kernel alone, each ISA, one thread: ms per scan)
 //! ```
@@ -241,12 +244,14 @@ fn main() {
             let started = Instant::now();
             let loaded = Ann::load(Arc::clone(&index), &path).unwrap().unwrap();
             println!(
-                "HNSW m={} ef_construction={} over {} rows: build {:.1} s, load {:.2} s",
+                "HNSW m={} ef_construction={} ({} distance) over {} rows: build {:.1} s, load {:.2} s; VmRSS {}",
                 params.m,
                 params.ef_construction,
+                loaded.metric().name(),
                 loaded.len(),
                 built.as_secs_f64(),
-                started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64(),
+                rss()
             );
         }
         "query" => {
@@ -279,10 +284,12 @@ fn main() {
             };
             let exact_n: usize = arg(&args, "--exact-queries", Some(queries.len()));
             let exact_n = exact_n.min(queries.len());
+            let warm = args.iter().any(|a| a == "--warm");
+            let ann_only = args.iter().any(|a| a == "--ann");
             // Quantized runs first, so that the resident memory they report is
             // not that of the exact scans (which read every vector).
             let mut quantized_runs = Vec::new();
-            if index.quantizer().is_some() {
+            if index.quantizer().is_some() && !ann_only {
                 let rescores: String = arg(&args, "--rescore", Some("1,2,5,10,20".to_string()));
                 let threads: String = arg(&args, "--threads", Some("1,2".to_string()));
                 let shortlists: String = arg(
@@ -304,6 +311,11 @@ fn main() {
                         };
                         let mut ms = Vec::new();
                         let mut got = Vec::new();
+                        if warm {
+                            for q in &queries {
+                                index.search_with(q, k, &params).unwrap();
+                            }
+                        }
                         for q in &queries {
                             let t0 = Instant::now();
                             let hits = index.search_with(q, k, &params).unwrap();
@@ -382,29 +394,57 @@ fn main() {
             let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
                 return;
             };
-            println!("HNSW load {:.2} s", started.elapsed().as_secs_f64());
+            println!(
+                "HNSW ({} distance) load {:.2} s; VmRSS {}",
+                ann.metric().name(),
+                started.elapsed().as_secs_f64(),
+                rss()
+            );
             let efs: String = arg(&args, "--ef", Some("16,32,64,128".to_string()));
+            let depths: String = arg(
+                &args,
+                "--ann-rescore",
+                Some(bertflow_index::DEFAULT_ANN_RESCORE.to_string()),
+            );
+            let depths: Vec<usize> = if ann.metric().on_codes() {
+                depths.split(',').map(|e| e.parse().unwrap()).collect()
+            } else {
+                vec![1]
+            };
             for ef in efs.split(',').map(|e| e.parse::<usize>().unwrap()) {
-                let mut ms = Vec::new();
-                let mut found = 0usize;
-                for (i, q) in queries.iter().enumerate() {
-                    let t = Instant::now();
-                    let r = ann.search(q, k, ef).unwrap();
-                    ms.push(t.elapsed().as_secs_f64() * 1e3);
-                    if let Some(want) = truth.get(i) {
-                        found += r.iter().filter(|x| want.contains(&x.0)).count();
+                for &r in &depths {
+                    if warm {
+                        for q in &queries {
+                            ann.search_rescored(q, k, ef, r).unwrap();
+                        }
                     }
+                    let mut ms = Vec::new();
+                    let mut found = 0usize;
+                    for (i, q) in queries.iter().enumerate() {
+                        let t = Instant::now();
+                        let got = ann.search_rescored(q, k, ef, r).unwrap();
+                        ms.push(t.elapsed().as_secs_f64() * 1e3);
+                        if let Some(want) = truth.get(i) {
+                            found += got.iter().filter(|x| want.contains(&x.0)).count();
+                        }
+                    }
+                    ms.sort_by(f64::total_cmp);
+                    println!(
+                        "hnsw ({}) ef={ef} rescore={r}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
+                        ann.metric().name(),
+                        found as f64 / (exact_n * k) as f64,
+                        exact_n,
+                        percentile(&ms, 0.5),
+                        percentile(&ms, 0.99),
+                        queries.len()
+                    );
                 }
-                ms.sort_by(f64::total_cmp);
-                println!(
-                    "hnsw ef={ef}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
-                    found as f64 / (exact_n * k) as f64,
-                    exact_n,
-                    percentile(&ms, 0.5),
-                    percentile(&ms, 0.99),
-                    queries.len()
-                );
             }
+            println!(
+                "resident memory after the graph searches: {} ({} MiB of codes read)",
+                rss(),
+                index.resident_code_bytes() >> 20
+            );
         }
         "kernels" => {
             use bertflow_kernels::codes::{hamming_block_with, CodeIsa};
