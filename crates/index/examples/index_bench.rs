@@ -11,6 +11,9 @@
 //!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
 //!                    [--truth T.txt]   (each query's true top k ids, one line each)
 //!                    [--warm]   (each query set run once untimed first)
+//!                    [--no-ann]   (the scan only, even if a graph is stored)
+//!                    [--compact | --compact-only]   (then / only: the graph's links copied
+//!                    into fixed-degree arrays, hnsw_rs's structure dropped: CompactAnn)
 //!                    [--ann [--ann-rescore 10,20]]   (the stored graph only, no scan; over
 //!                    codes, each ef with each rescore depth; VmRSS after)
 //! index_bench kernels [--rows 1000000 --width 48 --queries 50]
@@ -390,6 +393,9 @@ fn main() {
                     queries.len()
                 );
             }
+            if args.iter().any(|a| a == "--no-ann") {
+                return;
+            }
             let started = Instant::now();
             let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
                 return;
@@ -411,40 +417,75 @@ fn main() {
             } else {
                 vec![1]
             };
-            for ef in efs.split(',').map(|e| e.parse::<usize>().unwrap()) {
-                for &r in &depths {
-                    if warm {
-                        for q in &queries {
-                            ann.search_rescored(q, k, ef, r).unwrap();
+            let metric = ann.metric().name();
+            let efs: Vec<usize> = efs.split(',').map(|e| e.parse().unwrap()).collect();
+            // Each ef with each depth: recall@k against the truth, p50 and p99.
+            let run = |name: &str, search: &dyn Fn(&[f32], usize, usize) -> Vec<(usize, f32)>| {
+                for &ef in &efs {
+                    for &r in &depths {
+                        if warm {
+                            for q in &queries {
+                                search(q, ef, r);
+                            }
                         }
-                    }
-                    let mut ms = Vec::new();
-                    let mut found = 0usize;
-                    for (i, q) in queries.iter().enumerate() {
-                        let t = Instant::now();
-                        let got = ann.search_rescored(q, k, ef, r).unwrap();
-                        ms.push(t.elapsed().as_secs_f64() * 1e3);
-                        if let Some(want) = truth.get(i) {
-                            found += got.iter().filter(|x| want.contains(&x.0)).count();
+                        let mut ms = Vec::new();
+                        let mut found = 0usize;
+                        for (i, q) in queries.iter().enumerate() {
+                            let t = Instant::now();
+                            let got = search(q, ef, r);
+                            ms.push(t.elapsed().as_secs_f64() * 1e3);
+                            if let Some(want) = truth.get(i) {
+                                found += got.iter().filter(|x| want.contains(&x.0)).count();
+                            }
                         }
+                        ms.sort_by(f64::total_cmp);
+                        println!(
+                            "{name} ({metric}) ef={ef} rescore={r}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
+                            found as f64 / (exact_n * k) as f64,
+                            exact_n,
+                            percentile(&ms, 0.5),
+                            percentile(&ms, 0.99),
+                            queries.len()
+                        );
                     }
-                    ms.sort_by(f64::total_cmp);
-                    println!(
-                        "hnsw ({}) ef={ef} rescore={r}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
-                        ann.metric().name(),
-                        found as f64 / (exact_n * k) as f64,
-                        exact_n,
-                        percentile(&ms, 0.5),
-                        percentile(&ms, 0.99),
-                        queries.len()
-                    );
                 }
+                println!(
+                    "resident memory after the {name} searches: {} ({} MiB of codes read)",
+                    rss(),
+                    index.resident_code_bytes() >> 20
+                );
+            };
+            if !args.iter().any(|a| a == "--compact-only") {
+                run("hnsw", &|q, ef, r| {
+                    ann.search_rescored(q, k, ef, r).unwrap()
+                });
             }
-            println!(
-                "resident memory after the graph searches: {} ({} MiB of codes read)",
-                rss(),
-                index.resident_code_bytes() >> 20
-            );
+            if args
+                .iter()
+                .any(|a| a == "--compact" || a == "--compact-only")
+            {
+                let started = Instant::now();
+                let compact = bertflow_index::CompactAnn::from_ann(ann).unwrap();
+                // The hnsw_rs structure's many small allocations, freed: given
+                // back to the system, so that VmRSS counts what is left.
+                #[cfg(target_os = "linux")]
+                {
+                    extern "C" {
+                        fn malloc_trim(pad: usize) -> i32;
+                    }
+                    // SAFETY: glibc's malloc_trim takes no pointer.
+                    unsafe { malloc_trim(0) };
+                }
+                println!(
+                    "compact graph: made in {:.1} s, links {} MiB; VmRSS {}",
+                    started.elapsed().as_secs_f64(),
+                    compact.link_bytes() >> 20,
+                    rss()
+                );
+                run("compact", &|q, ef, r| {
+                    compact.search_rescored(q, k, ef, r).unwrap()
+                });
+            }
         }
         "kernels" => {
             use bertflow_kernels::codes::{hamming_block_with, CodeIsa};

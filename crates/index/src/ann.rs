@@ -208,7 +208,7 @@ fn is_cosine(metric: &AnnMetric) -> bool {
 #[derive(Clone)]
 pub struct RowCosine {
     index: Arc<Index>,
-    space: Space,
+    pub(crate) space: Space,
 }
 
 impl Distance<u32> for RowCosine {
@@ -219,10 +219,10 @@ impl Distance<u32> for RowCosine {
 
 /// An HNSW graph over an [`Index`].
 pub struct Ann {
-    hnsw: Hnsw<'static, u32, RowCosine>,
-    index: Arc<Index>,
-    params: AnnParams,
-    metric: AnnMetric,
+    pub(crate) hnsw: Hnsw<'static, u32, RowCosine>,
+    pub(crate) index: Arc<Index>,
+    pub(crate) params: AnnParams,
+    pub(crate) metric: AnnMetric,
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {

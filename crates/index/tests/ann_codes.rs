@@ -8,7 +8,7 @@ mod common;
 
 use bertflow_index::format::normalise_into;
 use bertflow_index::{
-    dot, Ann, AnnFiles, AnnMetric, AnnParams, CodeKind, Index, IndexError, IndexWriter,
+    dot, Ann, AnnFiles, AnnMetric, AnnParams, CodeKind, CompactAnn, Index, IndexError, IndexWriter,
     Quantization, SearchParams,
 };
 use common::identity;
@@ -267,4 +267,42 @@ fn a_graph_over_codes_extends_after_append() {
     }
     let r = recall(&index, &ann, &clustered(40, D, 123), 10, 64, 50);
     assert!(r >= 0.93, "recall@10 after extension {r}");
+}
+
+#[test]
+fn the_compact_copy_of_a_graph_searches_as_well() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.idx");
+    write(&path, &binary(), &clustered(3000, D, 1));
+    let index = Arc::new(Index::open(&path, true).unwrap());
+    let ann = Ann::build(Arc::clone(&index), PARAMS, &|_| {}).unwrap();
+    let queries = clustered(60, D, 99);
+    let r = recall(&index, &ann, &queries, 10, 64, 50);
+    let compact = CompactAnn::from_ann(ann).unwrap();
+    assert_eq!(compact.len(), 3000);
+    // Layer 0's links: 2 M per point, 4 bytes each; the upper layers' few.
+    assert!(compact.link_bytes() >= 3000 * 32 * 4 && compact.link_bytes() < 3000 * 32 * 5);
+    let mut found = 0usize;
+    for q in queries.chunks_exact(D) {
+        let exact: Vec<usize> = index
+            .search_exact(q, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.0)
+            .collect();
+        let got = compact.search_rescored(q, 10, 64, 50).unwrap();
+        let mut unit = Vec::new();
+        normalise_into(q, &mut unit);
+        assert_eq!(got.len(), 10);
+        for &(i, s) in &got {
+            assert_eq!(s, dot(index.vector(i).unwrap(), &unit), "row {i}");
+        }
+        found += got.iter().filter(|(i, _)| exact.contains(i)).count();
+    }
+    let c = found as f64 / (queries.len() / D * 10) as f64;
+    assert!(c >= r - 0.02, "compact recall@10 {c}, the graph's {r}");
+    let row = index.vector(7).unwrap().to_vec();
+    assert_eq!(compact.search_rescored(&row, 1, 32, 10).unwrap()[0].0, 7);
+    assert!(compact.search_rescored(&row, 1, 32, 0).is_err());
+    assert!(compact.search_rescored(&[1.0; 3], 1, 32, 1).is_err());
 }
