@@ -135,6 +135,9 @@ fn read_npy(path: &Path) -> (Vec<f32>, usize, usize) {
     (v, shape[0], shape[1])
 }
 
+/// A graph search: (query, ef, rescore) to hits.
+type Searcher<'a> = dyn Fn(&[f32], usize, usize) -> Vec<(usize, f32)> + 'a;
+
 /// VmRSS and its file-backed part (RssFile) of this process.
 fn rss() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -420,7 +423,7 @@ fn main() {
             let metric = ann.metric().name();
             let efs: Vec<usize> = efs.split(',').map(|e| e.parse().unwrap()).collect();
             // Each ef with each depth: recall@k against the truth, p50 and p99.
-            let run = |name: &str, search: &dyn Fn(&[f32], usize, usize) -> Vec<(usize, f32)>| {
+            let run = |name: &str, search: &Searcher| {
                 for &ef in &efs {
                     for &r in &depths {
                         if warm {
