@@ -21,7 +21,7 @@ WORK=${WORK:-$PWD/target/bench-ann}
 N=${N:-1000000}
 M=${M:-16}
 EFC=${EFC:-100}
-EF=${EF:-16,32,64,128}
+EF=${EF:-32,64,128,256,512}
 ANN_RESCORE=${ANN_RESCORE:-5,10,20}
 STEPS=${STEPS:-"scan ann peers"}
 PY=${PY:-/work/wt/venv-ref/bin/python}
@@ -50,7 +50,7 @@ for step in $STEPS; do
       echo "== faiss peers, queries at 1 thread"
       "$PY" scripts/bench_index.py peers --vectors "$WORK/x.npy" --queries "$WORK/queries.npy" \
         --queries-n 1000 --rescore "${PEER_RESCORE:-5,10,20,50}" --usearch 0 --faiss-threads 1 \
-        --threads 2 --warm 1 --hnsw-ef "${HNSW_EF:-16,32,64,128,256}" --hnsw-cache "$WORK" \
+        --threads 2 --warm 1 --hnsw-ef "${HNSW_EF:-16,32,64,128,256,512}" --hnsw-cache "$WORK" \
         --hnsw-only "${HNSW_ONLY:-0}"
       ;;
   esac
