@@ -14,6 +14,8 @@
 //!                    [--no-ann]   (the scan only, even if a graph is stored)
 //!                    [--compact | --compact-only]   (then / only: the graph's links copied
 //!                    into fixed-degree arrays, hnsw_rs's structure dropped: CompactAnn)
+//!                    [--compact-build [--m 24 --ef-construction 200]]   (instead: a
+//!                    CompactAnn built here on one thread, timed, then searched)
 //!                    [--ann [--ann-rescore 10,20]]   (the stored graph only, no scan; over
 //!                    codes, each ef with each rescore depth; VmRSS after)
 //! index_bench kernels [--rows 1000000 --width 48 --queries 50]
@@ -399,28 +401,36 @@ fn main() {
             if args.iter().any(|a| a == "--no-ann") {
                 return;
             }
+            let built = args.iter().any(|a| a == "--compact-build");
             let started = Instant::now();
-            let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
-                return;
+            let ann = if built {
+                None
+            } else {
+                let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
+                    return;
+                };
+                println!(
+                    "HNSW ({} distance) load {:.2} s; VmRSS {}",
+                    ann.metric().name(),
+                    started.elapsed().as_secs_f64(),
+                    rss()
+                );
+                Some(ann)
             };
-            println!(
-                "HNSW ({} distance) load {:.2} s; VmRSS {}",
-                ann.metric().name(),
-                started.elapsed().as_secs_f64(),
-                rss()
-            );
+            let metric = bertflow_index::AnnMetric::of(&index);
+            let metric = ann.as_ref().map_or(metric, Ann::metric);
             let efs: String = arg(&args, "--ef", Some("16,32,64,128".to_string()));
             let depths: String = arg(
                 &args,
                 "--ann-rescore",
                 Some(bertflow_index::DEFAULT_ANN_RESCORE.to_string()),
             );
-            let depths: Vec<usize> = if ann.metric().on_codes() {
+            let depths: Vec<usize> = if metric.on_codes() {
                 depths.split(',').map(|e| e.parse().unwrap()).collect()
             } else {
                 vec![1]
             };
-            let metric = ann.metric().name();
+            let metric = metric.name();
             let efs: Vec<usize> = efs.split(',').map(|e| e.parse().unwrap()).collect();
             // Each ef with each depth: recall@k against the truth, p50 and p99.
             let run = |name: &str, search: &Searcher| {
@@ -457,6 +467,35 @@ fn main() {
                     rss(),
                     index.resident_code_bytes() >> 20
                 );
+            };
+            let Some(ann) = ann else {
+                // --compact-build: a CompactAnn built here, on one thread.
+                let params = AnnParams {
+                    m: arg(&args, "--m", Some(AnnParams::default().m)),
+                    ef_construction: arg(
+                        &args,
+                        "--ef-construction",
+                        Some(AnnParams::default().ef_construction),
+                    ),
+                };
+                let compact = bertflow_index::CompactAnn::build(Arc::clone(&index), params, &|i| {
+                    if i % 131_072 == 0 {
+                        eprintln!("{i} inserted, {:.0} s", started.elapsed().as_secs_f64());
+                    }
+                })
+                .unwrap();
+                println!(
+                    "compact graph M={} ef_construction={} built on one thread in {:.1} s, links {} MiB; VmRSS {}",
+                    params.m,
+                    params.ef_construction,
+                    started.elapsed().as_secs_f64(),
+                    compact.link_bytes() >> 20,
+                    rss()
+                );
+                run("compact-built", &|q, ef, r| {
+                    compact.search_rescored(q, k, ef, r).unwrap()
+                });
+                return;
             };
             if !args.iter().any(|a| a == "--compact-only") {
                 run("hnsw", &|q, ef, r| {

@@ -280,6 +280,22 @@ fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMeta>, IndexE
     Ok(Some(meta))
 }
 
+/// Whether a graph of `params` can be built over `index`.
+pub(crate) fn check_params(index: &Index, params: AnnParams) -> Result<(), IndexError> {
+    if params.m < 2 || params.m > 255 || params.ef_construction < params.m {
+        return Err(IndexError::Invalid(format!(
+            "HNSW parameters m={} ef_construction={}: need 2 <= m <= 255 and ef_construction >= m",
+            params.m, params.ef_construction
+        )));
+    }
+    if index.identity().dimension < 2 {
+        return Err(IndexError::Invalid(
+            "approximate search needs vectors of dimension 2 or more".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// What a stored graph holds, read from its metadata without loading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredAnn {
@@ -311,17 +327,7 @@ impl Ann {
         params: AnnParams,
         progress: &dyn Fn(usize),
     ) -> Result<Self, IndexError> {
-        if params.m < 2 || params.m > 255 || params.ef_construction < params.m {
-            return Err(IndexError::Invalid(format!(
-                "HNSW parameters m={} ef_construction={}: need 2 <= m <= 255 and ef_construction >= m",
-                params.m, params.ef_construction
-            )));
-        }
-        if index.identity().dimension < 2 {
-            return Err(IndexError::Invalid(
-                "approximate search needs vectors of dimension 2 or more".into(),
-            ));
-        }
+        check_params(&index, params)?;
         let metric = AnnMetric::of(&index);
         let space = Space::new(metric, &index)?;
         let hnsw = Hnsw::new(

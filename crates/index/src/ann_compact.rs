@@ -1,15 +1,17 @@
-//! A compact copy of an [`Ann`] graph for searching: its links as fixed-degree
-//! `u32` rows (layer 0: `2 M` per point; upper layers: `M` per point on them),
-//! searched by a plain beam search with the graph's own distance, after which
-//! the hnsw_rs structure (an allocation per link) is dropped. Experimental:
-//! measured in `benchmarks/index-ann.md` (resident memory and latency against
-//! the hnsw_rs graph it comes from); the front ends search [`Ann`] itself.
+//! A compact HNSW graph: its links as fixed-degree `u32` rows (layer 0: `2 M`
+//! per point; upper layers: `M` per point on them), searched by a plain beam
+//! search with the graph's distance ([`crate::ann_space`]). Made from an
+//! [`Ann`] (its links copied, the hnsw_rs structure, an allocation per link,
+//! dropped) or built directly ([`CompactAnn::build`]: HNSW insertion as in
+//! Malkov & Yashunin, with their neighbour-selection heuristic, on one thread).
+//! Experimental and in memory only (no file): measured in
+//! `benchmarks/index-ann.md`; the front ends search [`Ann`].
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::ann_space::{AnnMetric, Space};
-use crate::{Ann, Index, IndexError};
+use crate::{Ann, AnnParams, Index, IndexError};
 
 /// No link in this slot.
 const NONE: u32 = u32::MAX;
@@ -44,7 +46,7 @@ pub struct CompactAnn {
     /// `rows x degree0` row numbers, [`NONE`] past a point's links.
     layer0: Vec<u32>,
     /// Layers 1 and up: each point on the layer and its links.
-    upper: Vec<HashMap<u32, Box<[u32]>>>,
+    upper: Vec<HashMap<u32, Vec<u32>>>,
     /// Where every search starts: a point of the top layer.
     entry: u32,
     points: usize,
@@ -57,7 +59,7 @@ impl CompactAnn {
         let degree0 = 2 * ann.params.m;
         let mut layer0 = vec![NONE; rows * degree0];
         let top = usize::from(ann.hnsw.get_max_level_observed());
-        let mut upper: Vec<HashMap<u32, Box<[u32]>>> = vec![HashMap::new(); top];
+        let mut upper: Vec<HashMap<u32, Vec<u32>>> = vec![HashMap::new(); top];
         let mut entry = None;
         let mut points = 0usize;
         for point in ann.hnsw.get_point_indexation() {
@@ -150,24 +152,10 @@ impl CompactAnn {
         };
         let point = self.space.query(&self.index, &q);
         let dist = |row: u32| self.space.eval(&self.index, &point, &[row]);
-        // Greedy descent through the upper layers.
-        let (mut at, mut best) = (self.entry, dist(self.entry));
-        for layer in self.upper.iter().rev() {
-            loop {
-                let mut moved = false;
-                for &n in layer.get(&at).map_or(&[][..], |l| &l[..]) {
-                    let dn = dist(n);
-                    if dn < best {
-                        (at, best, moved) = (n, dn, true);
-                    }
-                }
-                if !moved {
-                    break;
-                }
-            }
+        let mut at = (dist(self.entry), self.entry);
+        for layer in (1..=self.upper.len()).rev() {
+            at = self.greedy(&dist, at, layer);
         }
-        // Beam search of layer 0.
-        let ef = ef.max(want);
         let mut seen = vec![0u64; self.layer0.len() / self.degree0.max(1) / 64 + 1];
         let mut visit = |row: u32| {
             let (w, b) = (row as usize / 64, row % 64);
@@ -175,15 +163,70 @@ impl CompactAnn {
             seen[w] |= 1 << b;
             new
         };
-        visit(at);
-        let mut todo = BinaryHeap::from([Reverse((Dist(best), at))]);
-        let mut found = BinaryHeap::from([(Dist(best), at)]);
+        let found = self.beam(&dist, at, ef.max(want), 0, &mut visit);
+        let mut ranked = found;
+        ranked.truncate(want);
+        let ids: Vec<usize> = ranked.iter().map(|r| r.1 as usize).collect();
+        self.index.rescore_exact(ids, &q, k)
+    }
+
+    /// The links of `row` in `layer` (none if it is not on that layer).
+    fn links(&self, layer: usize, row: u32) -> &[u32] {
+        if layer == 0 {
+            let all = &self.layer0[row as usize * self.degree0..(row as usize + 1) * self.degree0];
+            let n = all.iter().position(|&x| x == NONE).unwrap_or(all.len());
+            &all[..n]
+        } else {
+            self.upper[layer - 1].get(&row).map_or(&[], Vec::as_slice)
+        }
+    }
+
+    fn set_links(&mut self, layer: usize, row: u32, links: &[u32]) {
+        if layer == 0 {
+            let slots =
+                &mut self.layer0[row as usize * self.degree0..(row as usize + 1) * self.degree0];
+            slots.fill(NONE);
+            slots.iter_mut().zip(links).for_each(|(s, &x)| *s = x);
+        } else {
+            self.upper[layer - 1].insert(row, links.to_vec());
+        }
+    }
+
+    /// From `at` (with its distance), the closest point of `layer` reached by
+    /// moving to a closer link while there is one.
+    fn greedy(&self, dist: &dyn Fn(u32) -> f32, mut at: (f32, u32), layer: usize) -> (f32, u32) {
+        loop {
+            let mut moved = false;
+            for &n in self.links(layer, at.1) {
+                let d = dist(n);
+                if d < at.0 {
+                    (at, moved) = ((d, n), true);
+                }
+            }
+            if !moved {
+                return at;
+            }
+        }
+    }
+
+    /// The `ef` closest points of `layer` found from `start`, closest first;
+    /// `visit` says whether a point is seen for the first time (and marks it).
+    fn beam(
+        &self,
+        dist: &dyn Fn(u32) -> f32,
+        start: (f32, u32),
+        ef: usize,
+        layer: usize,
+        visit: &mut dyn FnMut(u32) -> bool,
+    ) -> Vec<(f32, u32)> {
+        visit(start.1);
+        let mut todo = BinaryHeap::from([Reverse((Dist(start.0), start.1))]);
+        let mut found = BinaryHeap::from([(Dist(start.0), start.1)]);
         while let Some(Reverse((Dist(dc), c))) = todo.pop() {
             if found.len() >= ef && found.peek().is_some_and(|w| dc > w.0 .0) {
                 break;
             }
-            let links = &self.layer0[c as usize * self.degree0..(c as usize + 1) * self.degree0];
-            for &n in links.iter().take_while(|&&n| n != NONE) {
+            for &n in self.links(layer, c) {
                 if !visit(n) {
                     continue;
                 }
@@ -197,9 +240,122 @@ impl CompactAnn {
                 }
             }
         }
-        let mut ranked = found.into_sorted_vec();
-        ranked.truncate(want);
-        let ids: Vec<usize> = ranked.iter().map(|r| r.1 as usize).collect();
-        self.index.rescore_exact(ids, &q, k)
+        found
+            .into_sorted_vec()
+            .into_iter()
+            .map(|(d, n)| (d.0, n))
+            .collect()
+    }
+
+    /// The distance between two rows.
+    fn between(&self, a: u32, b: u32) -> f32 {
+        self.space.eval(&self.index, &[a], &[b])
+    }
+
+    /// At most `m` of `candidates` (closest first, with their distances to
+    /// the point being linked): each kept only if it is closer to that point
+    /// than to every one kept before it (the HNSW paper's heuristic).
+    fn select(&self, candidates: &[(f32, u32)], m: usize) -> Vec<u32> {
+        let mut kept: Vec<u32> = Vec::with_capacity(m);
+        for &(d, c) in candidates {
+            if kept.len() >= m {
+                break;
+            }
+            if kept.iter().all(|&k| self.between(c, k) >= d) {
+                kept.push(c);
+            }
+        }
+        kept
+    }
+
+    /// An HNSW graph over every row of `index` (over its codes if it has any,
+    /// as [`Ann::build`]), built here on one thread with `params`. `progress`
+    /// is called with the rows inserted so far.
+    pub fn build(
+        index: std::sync::Arc<Index>,
+        params: AnnParams,
+        progress: &dyn Fn(usize),
+    ) -> Result<Self, IndexError> {
+        crate::ann::check_params(&index, params)?;
+        let metric = AnnMetric::of(&index);
+        let space = Space::new(metric, &index)?;
+        let n = index.len();
+        let (m, m0) = (params.m, 2 * params.m);
+        let mut g = CompactAnn {
+            index,
+            space,
+            metric,
+            degree0: m0,
+            layer0: vec![NONE; n * m0],
+            upper: Vec::new(),
+            entry: 0,
+            points: 0,
+        };
+        // Levels: floor(-ln(u) / ln(M)), from a fixed seed (splitmix64).
+        let mut state = 0x5eed_u64;
+        let mut uniform = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let scale = 1.0 / (m as f64).ln();
+        // Visited marks: the stamp of the search that saw each row.
+        let mut stamps = vec![0u32; n];
+        let mut stamp = 0u32;
+        for i in 0..n as u32 {
+            let level = ((-(1.0 - uniform()).ln() * scale) as usize).min(15);
+            if g.points == 0 {
+                g.upper.resize(level, HashMap::new());
+                (1..=level).for_each(|l| g.set_links(l, i, &[]));
+                (g.entry, g.points) = (i, 1);
+                continue;
+            }
+            let top = g.upper.len();
+            let dist = |r: u32| g.between(i, r);
+            let mut at = (dist(g.entry), g.entry);
+            for l in (level + 1..=top).rev() {
+                at = g.greedy(&dist, at, l);
+            }
+            let mut chosen_per_layer = Vec::new();
+            for l in (0..=level.min(top)).rev() {
+                stamp += 1;
+                let mut visit = |r: u32| std::mem::replace(&mut stamps[r as usize], stamp) != stamp;
+                let near = g.beam(&dist, at, params.ef_construction, l, &mut visit);
+                at = near[0];
+                chosen_per_layer.push((l, g.select(&near, m)));
+            }
+            for (l, chosen) in chosen_per_layer {
+                g.set_links(l, i, &chosen);
+                let cap = if l == 0 { m0 } else { m };
+                for &c in &chosen {
+                    let mut links = g.links(l, c).to_vec();
+                    if links.len() < cap {
+                        links.push(i);
+                    } else {
+                        let mut near: Vec<(f32, u32)> = links
+                            .iter()
+                            .chain([&i])
+                            .map(|&x| (g.between(c, x), x))
+                            .collect();
+                        near.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                        links = g.select(&near, cap);
+                    }
+                    g.set_links(l, c, &links);
+                }
+            }
+            if level > top {
+                g.upper.resize(level, HashMap::new());
+                (top + 1..=level).for_each(|l| g.set_links(l, i, &[]));
+                g.entry = i;
+            }
+            g.points += 1;
+            if g.points % 16_384 == 0 {
+                progress(g.points);
+            }
+        }
+        progress(g.points);
+        Ok(g)
     }
 }

@@ -306,3 +306,59 @@ fn the_compact_copy_of_a_graph_searches_as_well() {
     assert!(compact.search_rescored(&row, 1, 32, 0).is_err());
     assert!(compact.search_rescored(&[1.0; 3], 1, 32, 1).is_err());
 }
+
+#[test]
+fn a_compact_graph_built_directly_searches_as_well() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, q, rescore) in [("b.idx", binary(), 50), ("i.idx", int8(), 2)] {
+        let path = dir.path().join(name);
+        write(&path, &q, &clustered(3000, D, 1));
+        let index = Arc::new(Index::open(&path, true).unwrap());
+        let queries = clustered(60, D, 99);
+        let ann = Ann::build(Arc::clone(&index), PARAMS, &|_| {}).unwrap();
+        let r = recall(&index, &ann, &queries, 10, 64, rescore);
+        let last = std::sync::atomic::AtomicUsize::new(0);
+        let built = CompactAnn::build(Arc::clone(&index), PARAMS, &|i| {
+            last.store(i, std::sync::atomic::Ordering::Relaxed)
+        })
+        .unwrap();
+        assert_eq!((built.len(), last.into_inner()), (3000, 3000));
+        let mut found = 0usize;
+        for q in queries.chunks_exact(D) {
+            let exact: Vec<usize> = index
+                .search_exact(q, 10)
+                .unwrap()
+                .iter()
+                .map(|r| r.0)
+                .collect();
+            let got = built.search_rescored(q, 10, 64, rescore).unwrap();
+            let mut unit = Vec::new();
+            normalise_into(q, &mut unit);
+            for &(i, s) in &got {
+                assert_eq!(s, dot(index.vector(i).unwrap(), &unit), "row {i}");
+            }
+            found += got.iter().filter(|(i, _)| exact.contains(i)).count();
+        }
+        let c = found as f64 / (queries.len() / D * 10) as f64;
+        eprintln!("{name}: built compact recall@10 {c}, hnsw_rs {r}");
+        assert!(
+            c >= r - 0.02,
+            "{name}: compact recall@10 {c}, the hnsw_rs graph's {r}"
+        );
+        // Every stored row finds itself.
+        for i in [0usize, 1234, 2999] {
+            let row = index.vector(i).unwrap().to_vec();
+            assert_eq!(built.search_rescored(&row, 1, 32, 10).unwrap()[0].0, i);
+        }
+    }
+    let bad = AnnParams {
+        m: 1,
+        ef_construction: 10,
+    };
+    let path = dir.path().join("b.idx");
+    let index = Arc::new(Index::open(&path, true).unwrap());
+    assert!(matches!(
+        CompactAnn::build(index, bad, &|_| {}),
+        Err(IndexError::Invalid(_))
+    ));
+}
