@@ -37,7 +37,7 @@ use std::sync::Arc;
 use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
 use serde::{Deserialize, Serialize};
 
-use crate::ann_space::{AnnMetric, Space};
+use crate::ann_space::{check_params, AnnMetric, Space};
 use crate::{dot, Index, IndexError};
 
 /// Version of the `.hnsw.json` schema written (2: with `dump`).
@@ -278,22 +278,6 @@ fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMeta>, IndexE
         )));
     }
     Ok(Some(meta))
-}
-
-/// Whether a graph of `params` can be built over `index`.
-pub(crate) fn check_params(index: &Index, params: AnnParams) -> Result<(), IndexError> {
-    if params.m < 2 || params.m > 255 || params.ef_construction < params.m {
-        return Err(IndexError::Invalid(format!(
-            "HNSW parameters m={} ef_construction={}: need 2 <= m <= 255 and ef_construction >= m",
-            params.m, params.ef_construction
-        )));
-    }
-    if index.identity().dimension < 2 {
-        return Err(IndexError::Invalid(
-            "approximate search needs vectors of dimension 2 or more".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// What a stored graph holds, read from its metadata without loading it.

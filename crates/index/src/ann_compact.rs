@@ -276,7 +276,7 @@ impl CompactAnn {
         params: AnnParams,
         progress: &dyn Fn(usize),
     ) -> Result<Self, IndexError> {
-        crate::ann::check_params(&index, params)?;
+        crate::ann_space::check_params(&index, params)?;
         let metric = AnnMetric::of(&index);
         let space = Space::new(metric, &index)?;
         let n = index.len();
@@ -351,7 +351,7 @@ impl CompactAnn {
                 g.entry = i;
             }
             g.points += 1;
-            if g.points % 16_384 == 0 {
+            if g.points.is_multiple_of(16_384) {
                 progress(g.points);
             }
         }

@@ -24,7 +24,7 @@ use bertflow_kernels::codes::{dot_i8_with, hamming_with, CodeIsa};
 use serde::{Deserialize, Serialize};
 
 use crate::quant::table_score;
-use crate::{dot, CodeKind, Index, IndexError};
+use crate::{dot, AnnParams, CodeKind, Index, IndexError};
 
 /// The distance an HNSW graph was built with, recorded in its metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -62,6 +62,22 @@ impl AnnMetric {
     pub fn on_codes(self) -> bool {
         self != AnnMetric::Cosine
     }
+}
+
+/// Whether a graph of `params` can be built over `index`.
+pub(crate) fn check_params(index: &Index, params: AnnParams) -> Result<(), IndexError> {
+    if params.m < 2 || params.m > 255 || params.ef_construction < params.m {
+        return Err(IndexError::Invalid(format!(
+            "HNSW parameters m={} ef_construction={}: need 2 <= m <= 255 and ef_construction >= m",
+            params.m, params.ef_construction
+        )));
+    }
+    if index.identity().dimension < 2 {
+        return Err(IndexError::Invalid(
+            "approximate search needs vectors of dimension 2 or more".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A metric bound to the index it reads: what the distance needs per call.
