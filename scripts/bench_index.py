@@ -109,7 +109,9 @@ def peers(a):
     truth = []
     for lo in range(0, len(q), 100):
         s = q[lo : lo + 100] @ x.T
-        truth.extend(np.argsort(-s, axis=1)[:, :k])
+        top = np.argpartition(-s, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(s, top, 1), axis=1, kind="stable")
+        truth.extend(np.take_along_axis(top, order, 1))
     recall = lambda got: np.mean([len(set(g) & set(t)) / k for g, t in zip(got, truth)])
     if a.hnsw_only:
         faiss_hnsw_peers(a, x, q, k, recall)
