@@ -13,7 +13,8 @@
 #   WORK=target/bench-ann scripts/bench_ann.sh
 #
 # Environment: WORK, N (1000000), M (16), EFC (100), EF (a list), ANN_RESCORE (a list),
-# STEPS (which of scan, ann, peers to run), PY (python with numpy and faiss).
+# STEPS (which of scan, ann, peers to run), PY (python with numpy and faiss),
+# FAISS_BUILD_THREADS (threads building the faiss graphs, 2), HNSW_EF, PEER_RESCORE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-$PWD/target/bench-ann}
@@ -56,7 +57,7 @@ for step in $STEPS; do
       echo "== faiss peers, queries at 1 thread"
       "$PY" scripts/bench_index.py peers --vectors "$WORK/x.npy" --queries "$WORK/queries.npy" \
         --queries-n 1000 --rescore "${PEER_RESCORE:-5,10,20,50}" --usearch 0 --faiss-threads 1 \
-        --threads 2 --warm 1 --hnsw-ef "${HNSW_EF:-16,32,64,128,256,512}" --hnsw-cache "$WORK" \
+        --threads "${FAISS_BUILD_THREADS:-2}" --warm 1 --hnsw-ef "${HNSW_EF:-16,32,64,128,256,512}" --hnsw-cache "$WORK" \
         --hnsw-only "${HNSW_ONLY:-0}"
       ;;
   esac
