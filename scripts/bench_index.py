@@ -7,7 +7,9 @@
       (so that real queries have real neighbours); T.txt names each row.
   bench_index.py peers --vectors X.npy --queries Q.npy --k 10 --rescore 1,2,5,10,20
       faiss IndexBinaryFlat (sign bits) + exact rescoring, and faiss
-      IndexScalarQuantizer (8 bit) flat, at 1 and 2 threads; usearch HNSW over
+      IndexScalarQuantizer (8 bit) flat, at 1 and 2 threads; faiss IndexHNSWFlat and
+      IndexHNSWSQ (8 bit), M 32, built on every core, searched at each --hnsw-ef
+      (--hnsw 0 skips them); usearch HNSW over
       i8 vectors (cosine) and over sign bits (b1, Hamming) + exact rescoring
       (--usearch 0 skips them): recall@k against exact fp32, p50/p99 latency per
       single query, and the index's memory.
@@ -84,7 +86,11 @@ def unit(x):
     return x / np.maximum(n, 1e-12)
 
 
-def timed(fn, queries):
+def timed(fn, queries, warm=False):
+    """Each query alone, timed; with `warm`, the whole set run once untimed first."""
+    if warm:
+        for q in queries:
+            fn(q[None, :])
     ms, out = [], []
     for q in queries:
         t = time.perf_counter()
@@ -103,8 +109,13 @@ def peers(a):
     truth = []
     for lo in range(0, len(q), 100):
         s = q[lo : lo + 100] @ x.T
-        truth.extend(np.argsort(-s, axis=1)[:, :k])
+        top = np.argpartition(-s, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(s, top, 1), axis=1, kind="stable")
+        truth.extend(np.take_along_axis(top, order, 1))
     recall = lambda got: np.mean([len(set(g) & set(t)) / k for g, t in zip(got, truth)])
+    if a.hnsw_only:
+        faiss_hnsw_peers(a, x, q, k, recall)
+        return
     bits = np.packbits(x > 0, axis=1)
     for threads in [int(t) for t in a.faiss_threads.split(",") if t]:
         faiss.omp_set_num_threads(threads)
@@ -115,16 +126,62 @@ def peers(a):
                 _, cand = b.search(np.packbits(qq > 0, axis=1), k * r)
                 c = cand[0]
                 return c[np.argsort(-(x[c] @ qq[0]))[:k]]
-            got, p50, p99 = timed(search, q)
+            got, p50, p99 = timed(search, q, a.warm)
             print(f"faiss IndexBinaryFlat+rescore threads={threads} rescore={r}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, codes {bits.nbytes / 2**20:.0f} MiB")
         sq = faiss.IndexScalarQuantizer(x.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
         sq.train(x[:65536])
         sq.add(x)
-        got, p50, p99 = timed(lambda qq: sq.search(qq, k)[1][0], q)
+        got, p50, p99 = timed(lambda qq: sq.search(qq, k)[1][0], q, a.warm)
         print(f"faiss IndexScalarQuantizer(8bit) flat threads={threads}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, codes {x.shape[0] * x.shape[1] / 2**20:.0f} MiB")
         del sq, b
+    if a.hnsw:
+        faiss_hnsw_peers(a, x, q, k, recall)
     if a.usearch:
         usearch_peers(a, x, q, k, recall, bits)
+
+
+def faiss_hnsw_peers(a, x, q, k, recall):
+    """faiss IndexHNSWFlat (f32) and IndexHNSWSQ (8 bit) with inner product, M
+    --hnsw-m, efConstruction --ef-construction, built on every core, searched
+    at 1 thread at each --hnsw-ef; memory: the index's own (vectors or codes,
+    and the links)."""
+    import faiss
+
+    d = x.shape[1]
+    import os
+
+    for name in [n for n in ("IndexHNSWFlat", "IndexHNSWSQ") if n in a.hnsw_kinds.split(",")]:
+        faiss.omp_set_num_threads(a.threads)
+        # --hnsw-cache DIR: a graph built by an earlier run (with its build time) is read
+        # back instead of built again (the build and the queries may then run apart).
+        kept = a.hnsw_cache and os.path.join(a.hnsw_cache, f"{name}-m{a.hnsw_m}-efc{a.ef_construction}-n{len(x)}")
+        if kept and os.path.exists(kept + ".faiss"):
+            h = faiss.read_index(kept + ".faiss")  # already of its own class
+            build = float(open(kept + ".seconds").read())
+            print(f"faiss {name}: read from {kept}.faiss (built by an earlier run)", flush=True)
+        else:
+            t = time.perf_counter()
+            if name == "IndexHNSWFlat":
+                h = faiss.IndexHNSWFlat(d, a.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            else:
+                h = faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_8bit, a.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+                h.train(x[:65536])
+            h.hnsw.efConstruction = a.ef_construction
+            h.add(x)
+            build = time.perf_counter() - t
+            if kept:
+                faiss.write_index(h, kept + ".faiss")
+                open(kept + ".seconds", "w").write(f"{build}\n")
+        storage = faiss.downcast_index(h.storage)
+        links = h.hnsw.neighbors.size() * 4 + h.hnsw.offsets.size() * 8 + h.hnsw.levels.size() * 4
+        mem = (storage.code_size * storage.ntotal + links) / 2**20
+        print(f"faiss {name} M={a.hnsw_m} efConstruction={a.ef_construction}: built {len(x)} in {build:.0f} s on {a.threads} threads, index memory {mem:.0f} MiB (links {links / 2**20:.0f} MiB)", flush=True)
+        faiss.omp_set_num_threads(1)
+        for ef in [int(v) for v in a.hnsw_ef.split(",")]:
+            h.hnsw.efSearch = ef
+            got, p50, p99 = timed(lambda qq: h.search(qq, k)[1][0], q, a.warm)
+            print(f"faiss {name} threads=1 efSearch={ef}: recall@{k} {recall(got):.4f}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, index {mem:.0f} MiB", flush=True)
+        del h
 
 
 def usearch_peers(a, x, q, k, recall, bits):
@@ -196,7 +253,15 @@ def main():
     s.add_argument("--usearch", type=int, default=1, help="0: no usearch peers")
     s.add_argument("--faiss-threads", default="1,2", help="faiss thread counts (empty: no faiss)")
     s.add_argument("--ef", default="16,32,64,128,256,512", help="usearch expansion_search values")
-    s.add_argument("--threads", type=int, default=2, help="threads building the usearch graphs")
+    s.add_argument("--threads", type=int, default=2, help="threads building the usearch and faiss graphs")
+    s.add_argument("--hnsw", type=int, default=1, help="0: no faiss HNSW peers")
+    s.add_argument("--hnsw-m", type=int, default=32, help="M of the faiss HNSW peers")
+    s.add_argument("--ef-construction", type=int, default=40, help="efConstruction of the faiss HNSW peers (faiss's default)")
+    s.add_argument("--hnsw-ef", default="16,32,64,128,256", help="efSearch values of the faiss HNSW peers")
+    s.add_argument("--hnsw-kinds", default="IndexHNSWFlat,IndexHNSWSQ", help="which faiss HNSW peers")
+    s.add_argument("--hnsw-cache", default="", help="directory keeping the faiss HNSW graphs built (reused when there)")
+    s.add_argument("--hnsw-only", type=int, default=0, help="1: the faiss HNSW peers only (no flat ones)")
+    s.add_argument("--warm", type=int, default=0, help="1: run each query set once untimed first")
     a = p.parse_args()
     {"synth": synth, "truth": truth, "peers": peers}[a.cmd](a)
 

@@ -7,11 +7,12 @@
 use crate::args::{open_pipeline, VectorArgs};
 use crate::progress;
 use anyhow::{Context, Result};
-use bertflow_core::index::{AnnFiles, AnnParams, Index, IndexWriter, SearchParams};
+use bertflow_core::index::{Ann, AnnFiles, AnnMetric, AnnParams, Index, IndexWriter, SearchParams};
 use bertflow_core::indexing::{
     build_ann, build_index, build_index_from_vectors, check_vectors_file, embed_into_index,
-    open_rows, write_vectors, QuantizeWith, VectorsInput, DEFAULT_CHUNK, DEFAULT_RESCORE,
-    DEFAULT_SHORTLIST, PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
+    open_rows, write_vectors, QuantizeWith, VectorsInput, DEFAULT_ANN_RESCORE, DEFAULT_CHUNK,
+    DEFAULT_EF_SEARCH, DEFAULT_RESCORE, DEFAULT_SHORTLIST, PARQUET_TEXT_COLUMN,
+    PARQUET_VECTOR_COLUMN,
 };
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::quantize::QuantSpec;
@@ -222,10 +223,14 @@ pub struct SearchArgs {
     /// Matches per query.
     #[arg(long, short = 'k', default_value_t = 10, value_name = "K")]
     pub top_k: usize,
-    /// Quantized index: candidates rescored exactly per match asked (the best
-    /// rescore x k codes).
-    #[arg(long, default_value_t = DEFAULT_RESCORE, value_name = "N")]
-    pub rescore: usize,
+    /// Quantized index: candidates rescored exactly per match asked (the best rescore x k
+    /// codes, of the scan or, with --ann, of the graph).
+    #[arg(long, value_name = "N", help = format!(
+        "Quantized index: candidates rescored exactly per match asked (the best rescore x k \
+         codes, of the scan or, with --ann, of the graph) [default: {DEFAULT_RESCORE}, \
+         {DEFAULT_ANN_RESCORE} with --ann]"
+    ))]
+    pub rescore: Option<usize>,
     /// Quantized index of bit codes: the scan keeps N times as many candidates as it
     /// rescores and re-ranks them by the query against the codes' signs (1: no
     /// re-ranking; int8 codes ignore it).
@@ -235,8 +240,16 @@ pub struct SearchArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
     /// Score every vector exactly (ignore the codes).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ann")]
     pub exact: bool,
+    /// Search with the index's HNSW graph (`index build --ann`, `index ann`): over a
+    /// quantized index it walks the codes, then rescores its best --rescore x k exactly.
+    #[arg(long)]
+    pub ann: bool,
+    /// With --ann: candidates explored per query (at least k, and at least rescore x k
+    /// over codes).
+    #[arg(long, default_value_t = DEFAULT_EF_SEARCH, value_name = "N", requires = "ann")]
+    pub ef: usize,
     /// The settings the index was built with (its pooling and calibrator unless given).
     #[command(flatten)]
     pub vectors: VectorArgs,
@@ -363,8 +376,29 @@ fn vector_texts(s: &EmbedSettings, vectors: &Path) -> Result<Option<Vec<String>>
 /// the matches.
 fn search(mut a: SearchArgs) -> Result<()> {
     bertflow_core::indexing::adopt_index_settings(&mut a.vectors, &a.index)?;
-    let index = Index::open(&a.index, false)?;
+    let index = std::sync::Arc::new(Index::open(&a.index, false)?);
     note_recovery(&index);
+    let graph = if a.ann {
+        let graph = Ann::load(std::sync::Arc::clone(&index), &a.index)?.with_context(|| {
+            format!(
+                "--ann: {} has no HNSW graph; build it with `bertflow index ann --index {}`",
+                a.index.display(),
+                a.index.display()
+            )
+        })?;
+        if !graph.covers() {
+            anyhow::bail!(
+                "the HNSW graph of {} covers {} of its {} sentences; extend it with `bertflow index ann --index {}`",
+                a.index.display(),
+                graph.len(),
+                index.len(),
+                a.index.display()
+            );
+        }
+        Some(graph)
+    } else {
+        None
+    };
     let pipeline = open_pipeline(&a.vectors)?;
     index.identity().check_matches(&pipeline.identity()?)?;
     let raw = pipeline
@@ -372,14 +406,17 @@ fn search(mut a: SearchArgs) -> Result<()> {
         .vectors;
     let queries = pipeline.calibrate(raw)?;
     let params = SearchParams {
-        rescore: a.rescore,
+        rescore: a.rescore.unwrap_or(DEFAULT_RESCORE),
         shortlist: a.shortlist,
         threads: a.threads,
     };
+    let ann_rescore = a.rescore.unwrap_or(DEFAULT_ANN_RESCORE);
     for (text, q) in a.query.iter().zip(queries.rows()) {
         let q: Vec<f32> = q.iter().copied().collect();
         let hits = if a.exact {
             index.search_exact(&q, a.top_k)?
+        } else if let Some(graph) = &graph {
+            graph.search_rescored(&q, a.top_k, a.ef, ann_rescore)?
         } else {
             index.search_with(&q, a.top_k, &params)?
         };
@@ -398,9 +435,13 @@ fn ann(index: &Path, params: AnnParams, rebuild: bool) -> Result<()> {
     let started = std::time::Instant::now();
     let built = build_ann(index, params, rebuild, &*progress::handle())?;
     println!(
-        "{} the HNSW graph of {}: {} points inserted, {} in all ({:.1} s)",
+        "{} the HNSW graph of {} ({}): {} points inserted, {} in all ({:.1} s)",
         if built.extended { "extended" } else { "built" },
         index.display(),
+        match built.metric {
+            AnnMetric::Cosine => "cosine of the vectors".to_owned(),
+            m => format!("{} distance of the codes", m.name()),
+        },
         built.inserted,
         built.total,
         started.elapsed().as_secs_f64()

@@ -57,7 +57,8 @@ pub struct ServeArgs {
     #[arg(long, requires = "index")]
     pub index_verify: bool,
     /// Search --index approximately with its HNSW graph (built by `bertflow index build
-    /// --ann` or `bertflow index ann`) instead of scanning every vector.
+    /// --ann` or `bertflow index ann`) instead of scanning every vector; over a quantized
+    /// index the graph walks the codes and its best --rescore x top_k are rescored exactly.
     #[arg(long, requires = "index")]
     pub ann: bool,
     /// Candidates explored per approximate query (at least top_k): higher is slower and
@@ -65,8 +66,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = bertflow_core::index::DEFAULT_EF_SEARCH, value_name = "N", requires = "ann")]
     pub ef_search: usize,
     /// A quantized --index (built with --quantize): candidates rescored exactly per result
-    /// asked, the best N x top_k codes, unless a /search request gives "rescore"
-    /// [default: as `bertflow index search`].
+    /// asked, the best N x top_k codes (of the scan, or of the graph with --ann), unless a
+    /// /search request gives "rescore" [default: as `bertflow index search`, with or
+    /// without --ann].
     #[arg(long, value_name = "N", requires = "index")]
     pub rescore: Option<usize>,
     /// A quantized --index of bit codes: the scan keeps N times as many candidates as it
@@ -300,6 +302,9 @@ fn embedding_backend(a: &ServeArgs, mut vectors: VectorArgs) -> Result<Served> {
                 rescore: a
                     .rescore
                     .unwrap_or(bertflow_core::indexing::DEFAULT_RESCORE),
+                ann_rescore: a
+                    .rescore
+                    .unwrap_or(bertflow_core::indexing::DEFAULT_ANN_RESCORE),
                 shortlist: a
                     .shortlist
                     .unwrap_or(bertflow_core::indexing::DEFAULT_SHORTLIST),

@@ -5,7 +5,8 @@
 //! bytes XOR 0x80, and the errors (no quantizer stage, the other family, a
 //! cut, normalize before int8, an unknown format); `serve --index` over a
 //! quantized index names its codes and rescore depth and takes `--rescore`
-//! and a per-request `rescore`, whose hits match `bertflow index search`.
+//! and a per-request `rescore`, whose hits match `bertflow index search`;
+//! with `--ann` its graph walks the codes and `--rescore` applies to it.
 mod common;
 use base64::Engine as _;
 use common::serve::{assert_error, client, get, post, runtime, serial, Server};
@@ -422,6 +423,97 @@ fn serve_a_quantized_index_with_rescore() {
         assert_eq!(r.body["error"]["param"], "shortlist");
         let info = get(&http, &server.url("/info")).await.body;
         assert_eq!(info["search_method"], "exact");
+    });
+    server.stop();
+}
+
+#[test]
+fn serve_a_quantized_index_over_its_graph() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let sentences = sts_test_sentences(dir.path(), 60);
+    let idx = dir.path().join("q.idx");
+    let out = ok(&bertflow(
+        &[
+            "index",
+            "build",
+            "--corpus",
+            &sentences,
+            "--output",
+            s(&idx),
+            "--quantize",
+            "binary",
+            "--ann",
+            "--hnsw-m",
+            "8",
+            "--ef-construction",
+            "32",
+        ],
+        &cache,
+    ));
+    assert!(
+        out.contains("built the HNSW graph") && out.contains("(hamming distance of the codes)"),
+        "{out}"
+    );
+    let json = std::fs::read_to_string(dir.path().join("q.idx.hnsw.json")).unwrap();
+    assert!(json.contains("\"metric\": \"hamming\""), "{json}");
+    let query = "A man is playing a musical instrument.";
+    let exact = cli_hits(s(&idx), query, 5, &cache, &["--exact"]);
+    // 12 x 5 >= 60: the graph's candidates are every sentence, rescored exactly.
+    let all = cli_hits(s(&idx), query, 5, &cache, &["--ann", "--rescore", "12"]);
+    assert_eq!(all, exact);
+    // One candidate per result: five found by the codes alone, scored exactly.
+    let shallow = cli_hits(s(&idx), query, 5, &cache, &["--ann", "--rescore", "1"]);
+    assert_eq!(shallow.len(), 5);
+    assert!(shallow.iter().all(|h| exact[0].1 >= h.1));
+
+    let rt = runtime();
+    let http = client();
+    let server = Server::start(&["--index", s(&idx), "--ann", "--rescore", "1"]);
+    rt.block_on(async {
+        // The graph loads in the background (the scan answers meanwhile).
+        let mut method = String::new();
+        for _ in 0..200 {
+            let info = get(&http, &server.url("/info")).await.body;
+            method = info["search_method"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if method.starts_with("hnsw") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(
+            method.contains("over the binary codes")
+                && method.contains("hamming distance")
+                && method.contains("best 1 x top_k rescored"),
+            "{method}"
+        );
+        let url = server.url("/search");
+        // --rescore 1 walks the graph as `index search --ann --rescore 1` ...
+        let r = post(&http, &url, &json!({"query": query, "top_k": 5})).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let got = served_hits(&r.body);
+        assert_eq!(got.len(), 5);
+        for (g, w) in got.iter().zip(&shallow) {
+            assert_eq!(g.0, w.0, "{got:?} vs {shallow:?}");
+            assert!((g.1 - w.1).abs() < 1e-5, "{got:?} vs {shallow:?}");
+        }
+        // ... and a request's rescore applies to the graph too.
+        let r = post(
+            &http,
+            &url,
+            &json!({"query": query, "top_k": 5, "rescore": 12}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let got = served_hits(&r.body);
+        for (g, w) in got.iter().zip(&exact) {
+            assert_eq!(g.0, w.0, "{got:?} vs {exact:?}");
+            assert!((g.1 - w.1).abs() < 1e-5, "{got:?} vs {exact:?}");
+        }
     });
     server.stop();
 }

@@ -55,6 +55,9 @@ pub struct AnnBuilt {
     pub total: usize,
     /// Whether an existing graph was extended (after `index add`) rather than built.
     pub extended: bool,
+    /// What its distance compares: the codes of a quantized index, or the
+    /// f32 rows (an unquantized index, or a graph from before codes were used).
+    pub metric: bertflow_index::AnnMetric,
 }
 
 /// Build the HNSW graph of the index at `path` and store it next to it; a
@@ -87,6 +90,7 @@ pub fn build_ann(
                 inserted,
                 total: ann.len(),
                 extended: true,
+                metric: ann.metric(),
             }
         }
         None => {
@@ -96,6 +100,7 @@ pub fn build_ann(
                 inserted: ann.len(),
                 total: ann.len(),
                 extended: false,
+                metric: ann.metric(),
             }
         }
     };
@@ -174,6 +179,11 @@ pub use bertflow_index::DEFAULT_RESCORE;
 /// Bit codes: candidates the scan keeps per candidate rescored (`--shortlist`),
 /// by default.
 pub use bertflow_index::DEFAULT_SHORTLIST;
+
+/// The HNSW graph over a quantized index's codes (`--ann`): candidates
+/// rescored exactly per result asked (`--rescore`), and candidates explored
+/// per query (`--ef`, `--ef-search`), by default.
+pub use bertflow_index::{DEFAULT_ANN_RESCORE, DEFAULT_EF_SEARCH};
 
 /// The quantizer a quantized index records, from calibrator's quantizer
 /// `q` (fitted elsewhere) or fitted now, and the unit-normalised `sample` of

@@ -10,6 +10,14 @@
 //!                    [--rescore 1,2,5,10,20 --shortlist 1 --threads 1,2]   (a quantized index)
 //!                    [--query-npy Q.npy]   (real queries instead of synthetic ones)
 //!                    [--truth T.txt]   (each query's true top k ids, one line each)
+//!                    [--warm]   (each query set run once untimed first)
+//!                    [--no-ann]   (the scan only, even if a graph is stored)
+//!                    [--compact | --compact-only]   (then / only: the graph's links copied
+//!                    into fixed-degree arrays, hnsw_rs's structure dropped: CompactAnn)
+//!                    [--compact-build [--m 24 --ef-construction 200]]   (instead: a
+//!                    CompactAnn built here on one thread, timed, then searched)
+//!                    [--ann [--ann-rescore 10,20]]   (the stored graph only, no scan; over
+//!                    codes, each ef with each rescore depth; VmRSS after)
 //! index_bench kernels [--rows 1000000 --width 48 --queries 50]
 //!                    (the block Hamming kernel alone, each ISA, one thread: ms per scan)
 //! ```
@@ -129,6 +137,9 @@ fn read_npy(path: &Path) -> (Vec<f32>, usize, usize) {
     (v, shape[0], shape[1])
 }
 
+/// A graph search: (query, ef, rescore) to hits.
+type Searcher<'a> = dyn Fn(&[f32], usize, usize) -> Vec<(usize, f32)> + 'a;
+
 /// VmRSS and its file-backed part (RssFile) of this process.
 fn rss() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -241,12 +252,14 @@ fn main() {
             let started = Instant::now();
             let loaded = Ann::load(Arc::clone(&index), &path).unwrap().unwrap();
             println!(
-                "HNSW m={} ef_construction={} over {} rows: build {:.1} s, load {:.2} s",
+                "HNSW m={} ef_construction={} ({} distance) over {} rows: build {:.1} s, load {:.2} s; VmRSS {}",
                 params.m,
                 params.ef_construction,
+                loaded.metric().name(),
                 loaded.len(),
                 built.as_secs_f64(),
-                started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64(),
+                rss()
             );
         }
         "query" => {
@@ -279,10 +292,12 @@ fn main() {
             };
             let exact_n: usize = arg(&args, "--exact-queries", Some(queries.len()));
             let exact_n = exact_n.min(queries.len());
+            let warm = args.iter().any(|a| a == "--warm");
+            let ann_only = args.iter().any(|a| a == "--ann");
             // Quantized runs first, so that the resident memory they report is
             // not that of the exact scans (which read every vector).
             let mut quantized_runs = Vec::new();
-            if index.quantizer().is_some() {
+            if index.quantizer().is_some() && !ann_only {
                 let rescores: String = arg(&args, "--rescore", Some("1,2,5,10,20".to_string()));
                 let threads: String = arg(&args, "--threads", Some("1,2".to_string()));
                 let shortlists: String = arg(
@@ -304,6 +319,11 @@ fn main() {
                         };
                         let mut ms = Vec::new();
                         let mut got = Vec::new();
+                        if warm {
+                            for q in &queries {
+                                index.search_with(q, k, &params).unwrap();
+                            }
+                        }
                         for q in &queries {
                             let t0 = Instant::now();
                             let hits = index.search_with(q, k, &params).unwrap();
@@ -378,32 +398,135 @@ fn main() {
                     queries.len()
                 );
             }
-            let started = Instant::now();
-            let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
+            if args.iter().any(|a| a == "--no-ann") {
                 return;
+            }
+            let built = args.iter().any(|a| a == "--compact-build");
+            let started = Instant::now();
+            let ann = if built {
+                None
+            } else {
+                let Some(ann) = Ann::load(Arc::clone(&index), &path).unwrap() else {
+                    return;
+                };
+                println!(
+                    "HNSW ({} distance) load {:.2} s; VmRSS {}",
+                    ann.metric().name(),
+                    started.elapsed().as_secs_f64(),
+                    rss()
+                );
+                Some(ann)
             };
-            println!("HNSW load {:.2} s", started.elapsed().as_secs_f64());
+            let metric = bertflow_index::AnnMetric::of(&index);
+            let metric = ann.as_ref().map_or(metric, Ann::metric);
             let efs: String = arg(&args, "--ef", Some("16,32,64,128".to_string()));
-            for ef in efs.split(',').map(|e| e.parse::<usize>().unwrap()) {
-                let mut ms = Vec::new();
-                let mut found = 0usize;
-                for (i, q) in queries.iter().enumerate() {
-                    let t = Instant::now();
-                    let r = ann.search(q, k, ef).unwrap();
-                    ms.push(t.elapsed().as_secs_f64() * 1e3);
-                    if let Some(want) = truth.get(i) {
-                        found += r.iter().filter(|x| want.contains(&x.0)).count();
+            let depths: String = arg(
+                &args,
+                "--ann-rescore",
+                Some(bertflow_index::DEFAULT_ANN_RESCORE.to_string()),
+            );
+            let depths: Vec<usize> = if metric.on_codes() {
+                depths.split(',').map(|e| e.parse().unwrap()).collect()
+            } else {
+                vec![1]
+            };
+            let metric = metric.name();
+            let efs: Vec<usize> = efs.split(',').map(|e| e.parse().unwrap()).collect();
+            // Each ef with each depth: recall@k against the truth, p50 and p99.
+            let run = |name: &str, search: &Searcher| {
+                for &ef in &efs {
+                    for &r in &depths {
+                        if warm {
+                            for q in &queries {
+                                search(q, ef, r);
+                            }
+                        }
+                        let mut ms = Vec::new();
+                        let mut found = 0usize;
+                        for (i, q) in queries.iter().enumerate() {
+                            let t = Instant::now();
+                            let got = search(q, ef, r);
+                            ms.push(t.elapsed().as_secs_f64() * 1e3);
+                            if let Some(want) = truth.get(i) {
+                                found += got.iter().filter(|x| want.contains(&x.0)).count();
+                            }
+                        }
+                        ms.sort_by(f64::total_cmp);
+                        println!(
+                            "{name} ({metric}) ef={ef} rescore={r}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
+                            found as f64 / (exact_n * k) as f64,
+                            exact_n,
+                            percentile(&ms, 0.5),
+                            percentile(&ms, 0.99),
+                            queries.len()
+                        );
                     }
                 }
-                ms.sort_by(f64::total_cmp);
                 println!(
-                    "hnsw ef={ef}: recall@{k} {:.4} (over {} queries), p50 {:.3} ms, p99 {:.3} ms (over {} queries)",
-                    found as f64 / (exact_n * k) as f64,
-                    exact_n,
-                    percentile(&ms, 0.5),
-                    percentile(&ms, 0.99),
-                    queries.len()
+                    "resident memory after the {name} searches: {} ({} MiB of codes read)",
+                    rss(),
+                    index.resident_code_bytes() >> 20
                 );
+            };
+            let Some(ann) = ann else {
+                // --compact-build: a CompactAnn built here, on one thread.
+                let params = AnnParams {
+                    m: arg(&args, "--m", Some(AnnParams::default().m)),
+                    ef_construction: arg(
+                        &args,
+                        "--ef-construction",
+                        Some(AnnParams::default().ef_construction),
+                    ),
+                };
+                let compact = bertflow_index::CompactAnn::build(Arc::clone(&index), params, &|i| {
+                    if i % 131_072 == 0 {
+                        eprintln!("{i} inserted, {:.0} s", started.elapsed().as_secs_f64());
+                    }
+                })
+                .unwrap();
+                println!(
+                    "compact graph M={} ef_construction={} built on one thread in {:.1} s, links {} MiB; VmRSS {}",
+                    params.m,
+                    params.ef_construction,
+                    started.elapsed().as_secs_f64(),
+                    compact.link_bytes() >> 20,
+                    rss()
+                );
+                run("compact-built", &|q, ef, r| {
+                    compact.search_rescored(q, k, ef, r).unwrap()
+                });
+                return;
+            };
+            if !args.iter().any(|a| a == "--compact-only") {
+                run("hnsw", &|q, ef, r| {
+                    ann.search_rescored(q, k, ef, r).unwrap()
+                });
+            }
+            if args
+                .iter()
+                .any(|a| a == "--compact" || a == "--compact-only")
+            {
+                let started = Instant::now();
+                let compact = bertflow_index::CompactAnn::from_ann(ann).unwrap();
+                // The hnsw_rs structure's many small allocations, freed: given
+                // back to the system, so that VmRSS counts what is left.
+                #[cfg(target_os = "linux")]
+                {
+                    extern "C" {
+                        fn malloc_trim(pad: usize) -> i32;
+                    }
+                    // SAFETY: glibc's malloc_trim takes no pointer.
+                    unsafe { malloc_trim(0) };
+                }
+                println!(
+                    "compact graph: made in {:.1} s, links {} MiB; VmRSS {}",
+                    started.elapsed().as_secs_f64(),
+                    compact.link_bytes() >> 20,
+                    rss()
+                );
+                run("compact", &|q, ef, r| {
+                    compact.search_rescored(q, k, ef, r).unwrap()
+                });
             }
         }
         "kernels" => {

@@ -18,11 +18,13 @@
 //! `corpus.idx.hnsw.graph` and `.data`; they are still read.)
 //!
 //! The graph does not copy the vectors: a stored point is its row number, and
-//! the distance reads the row from the memory-mapped index (a query is passed as
-//! the bit patterns of its `dimension` floats, which the distance tells apart by
-//! length). The distance is `1 - cosine` on the unit vectors; the scores
-//! returned are recomputed exactly, so an approximate hit has the same score as
-//! in exact search.
+//! the distance reads the row from the index (a query is passed as a slice of
+//! another length, which the distance tells apart). Over an index without codes
+//! the distance is `1 - cosine` of the memory-mapped f32 rows; over a quantized
+//! index it reads the codes held in memory ([`AnnMetric`], see
+//! [`crate::ann_space`]): the graph's best `rescore x k` candidates are then
+//! rescored exactly on their f32 vectors, read by positioned reads as the scan
+//! does. Either way the scores returned are exact cosines, as in exact search.
 //!
 //! `index add` only appends segments, so a graph that covers the first segments
 //! stays valid: [`Ann::extend`] inserts the new rows and dumps it again.
@@ -35,6 +37,7 @@ use std::sync::Arc;
 use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
 use serde::{Deserialize, Serialize};
 
+use crate::ann_space::{check_params, AnnMetric, Space};
 use crate::{dot, Index, IndexError};
 
 /// Version of the `.hnsw.json` schema written (2: with `dump`).
@@ -54,6 +57,14 @@ pub struct AnnParams {
 /// vectors, and >= 0.999 on 20k real ones (BENCHMARKS.md, "Search index"); 64 gave 0.936
 /// at 1M.
 pub const DEFAULT_EF_SEARCH: usize = 128;
+
+/// A graph over codes: candidates rescored exactly per result asked (the
+/// graph's best `rescore x k` by code distance), unless said otherwise. The
+/// graph search explores at least that many (`ef` is raised to it). At 1M x 384
+/// (binary:itq codes, M 16, efConstruction 100, ef 256; `benchmarks/index-ann.md`)
+/// recall@10 is 0.922 / 0.930 / 0.932 at 5 / 10 / 20 for about the same time:
+/// past 10 the graph, not the rescoring, limits it.
+pub const DEFAULT_ANN_RESCORE: usize = 10;
 
 impl Default for AnnParams {
     fn default() -> Self {
@@ -183,36 +194,38 @@ struct AnnMeta {
     /// Generation of the dump files (absent in version 1: generation 0).
     #[serde(default)]
     generation: u64,
+    /// What the distance compares (absent before codes: cosine of the rows;
+    /// not written for cosine, so that older builds still read those graphs).
+    #[serde(default, skip_serializing_if = "is_cosine")]
+    metric: AnnMetric,
 }
 
-/// `1 - cosine` between rows of the index (a one-element slice: the row) and
-/// queries (`dimension` elements: the floats' bit patterns).
+fn is_cosine(metric: &AnnMetric) -> bool {
+    *metric == AnnMetric::Cosine
+}
+
+/// The graph's distance between rows of the index (a one-element slice: the
+/// row) and queries, by its [`AnnMetric`] (see [`crate::ann_space`]). Named
+/// for the first metric: hnsw_rs records the type's name in its dumps and
+/// refuses to load one under another name.
 #[derive(Clone)]
 pub struct RowCosine {
     index: Arc<Index>,
-}
-
-impl RowCosine {
-    fn resolve<'a>(&'a self, point: &'a [u32]) -> &'a [f32] {
-        if point.len() == 1 {
-            self.index.vector(point[0] as usize).unwrap_or(&[])
-        } else {
-            bytemuck::cast_slice(point)
-        }
-    }
+    pub(crate) space: Space,
 }
 
 impl Distance<u32> for RowCosine {
     fn eval(&self, a: &[u32], b: &[u32]) -> f32 {
-        (1.0 - dot(self.resolve(a), self.resolve(b))).max(0.0)
+        self.space.eval(&self.index, a, b)
     }
 }
 
 /// An HNSW graph over an [`Index`].
 pub struct Ann {
-    hnsw: Hnsw<'static, u32, RowCosine>,
-    index: Arc<Index>,
-    params: AnnParams,
+    pub(crate) hnsw: Hnsw<'static, u32, RowCosine>,
+    pub(crate) index: Arc<Index>,
+    pub(crate) params: AnnParams,
+    pub(crate) metric: AnnMetric,
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
@@ -277,6 +290,8 @@ pub struct StoredAnn {
     pub points: usize,
     /// Its parameters.
     pub params: AnnParams,
+    /// What its distance compares.
+    pub metric: AnnMetric,
 }
 
 impl Ann {
@@ -287,27 +302,21 @@ impl Ann {
         Ok(read_meta(index, index_path)?.map(|m| StoredAnn {
             points: m.count as usize,
             params: m.params,
+            metric: m.metric,
         }))
     }
 
-    /// Build a graph over every row of `index`. `progress` is called with the
-    /// number of rows inserted so far. Uses every core (rayon).
+    /// Build a graph over every row of `index`: over its codes if it has any
+    /// ([`AnnMetric::of`]), else over its f32 rows. `progress` is called with
+    /// the number of rows inserted so far. Uses every core (rayon).
     pub fn build(
         index: Arc<Index>,
         params: AnnParams,
         progress: &dyn Fn(usize),
     ) -> Result<Self, IndexError> {
-        if params.m < 2 || params.m > 255 || params.ef_construction < params.m {
-            return Err(IndexError::Invalid(format!(
-                "HNSW parameters m={} ef_construction={}: need 2 <= m <= 255 and ef_construction >= m",
-                params.m, params.ef_construction
-            )));
-        }
-        if index.identity().dimension < 2 {
-            return Err(IndexError::Invalid(
-                "approximate search needs vectors of dimension 2 or more".into(),
-            ));
-        }
+        check_params(&index, params)?;
+        let metric = AnnMetric::of(&index);
+        let space = Space::new(metric, &index)?;
         let hnsw = Hnsw::new(
             params.m,
             index.len().max(1),
@@ -315,12 +324,14 @@ impl Ann {
             params.ef_construction,
             RowCosine {
                 index: Arc::clone(&index),
+                space,
             },
         );
         let mut ann = Self {
             hnsw,
             index,
             params,
+            metric,
         };
         ann.insert_rows(0, progress)?;
         Ok(ann)
@@ -349,6 +360,11 @@ impl Ann {
     /// Parameters of the graph.
     pub fn params(&self) -> AnnParams {
         self.params
+    }
+
+    /// What the graph's distance compares.
+    pub fn metric(&self) -> AnnMetric {
+        self.metric
     }
 
     /// Points in the graph.
@@ -406,6 +422,7 @@ impl Ann {
             data_bytes,
             data_crc32,
             generation,
+            metric: self.metric,
         };
         let json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| IndexError::Invalid(format!("cannot encode the HNSW metadata: {e}")))?;
@@ -418,12 +435,23 @@ impl Ann {
     /// opened). `Ok(None)` when there is none. The two files' sizes and CRC-32s
     /// are checked before hnsw_rs reads them (it panics on malformed input).
     /// A graph that covers fewer rows than the index (the index was extended by
-    /// `index add` afterwards) is returned as it is; [`Ann::covers`] tells.
+    /// `index add` afterwards) is returned as it is; [`Ann::covers`] tells. A
+    /// graph over codes the index does not have (another kind) is a
+    /// [`IndexError::Mismatch`]; a cosine graph (of any version) reads the f32
+    /// rows, which every index has.
     pub fn load(index: Arc<Index>, index_path: &Path) -> Result<Option<Self>, IndexError> {
         let files = AnnFiles::of(index_path);
         let Some(meta) = read_meta(&index, index_path)? else {
             return Ok(None);
         };
+        let space = Space::new(meta.metric, &index).map_err(|e| match e {
+            IndexError::Mismatch(m) => IndexError::Mismatch(format!(
+                "{}: {m}; rebuild it with `bertflow index ann --rebuild --index {}`",
+                files.meta.display(),
+                index_path.display()
+            )),
+            e => e,
+        })?;
         let (graph, data) = files.dump(meta.generation);
         for (path, bytes, crc) in [
             (&graph, meta.graph_bytes, meta.graph_crc32),
@@ -451,6 +479,7 @@ impl Ann {
         let loader: &'static HnswIo = Box::leak(Box::new(HnswIo::new(dir, &basename)));
         let dist = RowCosine {
             index: Arc::clone(&index),
+            space,
         };
         let mut hnsw = guarded("reading the graph", || {
             loader.load_hnsw_with_dist::<u32, RowCosine>(dist)
@@ -469,6 +498,7 @@ impl Ann {
             hnsw,
             index,
             params: meta.params,
+            metric: meta.metric,
         }))
     }
 
@@ -490,12 +520,28 @@ impl Ann {
 
     /// The `top_k` rows most similar to `query` found by the graph, exploring
     /// `ef` candidates (at least `top_k`), best first with exact cosine scores
-    /// (ties: lower index first). A query of the wrong dimension is an error.
+    /// (ties: lower index first); a graph over codes rescores
+    /// [`DEFAULT_ANN_RESCORE`] candidates per result ([`Ann::search_rescored`]).
+    /// A query of the wrong dimension is an error.
     pub fn search(
         &self,
         query: &[f32],
         top_k: usize,
         ef: usize,
+    ) -> Result<Vec<(usize, f32)>, IndexError> {
+        self.search_rescored(query, top_k, ef, DEFAULT_ANN_RESCORE)
+    }
+
+    /// [`Ann::search`], a graph over codes rescoring exactly the best
+    /// `rescore x top_k` candidates by code distance (at least 1; `ef` is
+    /// raised to that many), their f32 vectors read by positioned reads. A
+    /// cosine graph ignores `rescore` (its distance is exact).
+    pub fn search_rescored(
+        &self,
+        query: &[f32],
+        top_k: usize,
+        ef: usize,
+        rescore: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
         let d = self.index.identity().dimension;
         if query.len() != d {
@@ -504,12 +550,25 @@ impl Ann {
                 query.len()
             )));
         }
+        if rescore == 0 {
+            return Err(IndexError::Invalid(
+                "rescore must be at least 1 (candidates rescored per result)".into(),
+            ));
+        }
         let k = top_k.min(self.len());
         if k == 0 {
             return Ok(Vec::new());
         }
         let mut q = Vec::with_capacity(d);
         crate::format::normalise_into(query, &mut q);
+        if self.metric.on_codes() {
+            let want = k.saturating_mul(rescore).min(self.len());
+            let space = &self.hnsw.get_distance().space;
+            let point = space.query(&self.index, &q);
+            let found = guarded("searching", || self.hnsw.search(&point, want, ef.max(want)))?;
+            let ids = found.iter().map(|n| n.get_origin_id()).collect();
+            return self.index.rescore_exact(ids, &q, k);
+        }
         let bits: Vec<u32> = q.iter().map(|x| x.to_bits()).collect();
         let found = guarded("searching", || self.hnsw.search(&bits, k, ef.max(k)))?;
         let mut ranked: Vec<(usize, f32)> = found

@@ -16,6 +16,8 @@
 
 pub mod ann;
 mod ann_check;
+mod ann_compact;
+mod ann_space;
 mod fetch;
 pub mod format;
 mod locate;
@@ -25,7 +27,9 @@ mod repair;
 mod search;
 mod writer;
 
-pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_EF_SEARCH};
+pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_ANN_RESCORE, DEFAULT_EF_SEARCH};
+pub use ann_compact::CompactAnn;
+pub use ann_space::AnnMetric;
 pub use format::Identity;
 pub use quant::{CodeKind, Quantization};
 pub use reader::{dot, top_k, Index};

@@ -288,13 +288,34 @@ impl SignTable {
     /// The score of `code` (`width` bytes as stored).
     pub(crate) fn score(&self, code: &[u8]) -> f32 {
         debug_assert_eq!(code.len(), self.width);
-        // Four running sums: the additions of one code do not wait on each other.
-        let mut sums = [0f32; 4];
-        for (p, (part, &b)) in self.table.chunks_exact(256).zip(code).enumerate() {
-            sums[p % 4] += part[usize::from(b)];
-        }
-        (sums[0] + sums[1]) + (sums[2] + sums[3])
+        table_score(&self.table, code)
     }
+
+    /// The table itself (`width x 256` partial sums), for a scorer that
+    /// keeps it elsewhere (the graph's query, [`crate::ann`]).
+    pub(crate) fn entries(&self) -> &[f32] {
+        &self.table
+    }
+
+    /// The highest score a code can have (`sum_j |z_j|`: the query's own
+    /// code): the best entry of each byte's part, summed.
+    pub(crate) fn best(&self) -> f32 {
+        self.table
+            .chunks_exact(256)
+            .map(|part| part.iter().copied().fold(f32::MIN, f32::max))
+            .sum()
+    }
+}
+
+/// The score of `code` by the entries of a [`SignTable`] (`256` per code
+/// byte); bytes past the table count nothing.
+pub(crate) fn table_score(table: &[f32], code: &[u8]) -> f32 {
+    // Four running sums: the additions of one code do not wait on each other.
+    let mut sums = [0f32; 4];
+    for (p, (part, &b)) in table.chunks_exact(256).zip(code).enumerate() {
+        sums[p % 4] += part[usize::from(b)];
+    }
+    (sums[0] + sums[1]) + (sums[2] + sums[3])
 }
 
 fn score_int8(isa: CodeIsa, q: &[u8], c: &[u8]) -> i32 {
@@ -437,6 +458,12 @@ mod tests {
                 assert!(
                     (own - most).abs() <= 1e-5 * most.max(1.0),
                     "{} d={d}",
+                    q.spec
+                );
+                let best = f64::from(table.best());
+                assert!(
+                    (best - most).abs() <= 1e-5 * most.max(1.0),
+                    "{} d={d}: best {best} against {most}",
                     q.spec
                 );
             }

@@ -129,14 +129,29 @@ impl Index {
                 .collect::<Result<Vec<_>, IndexError>>()?;
             candidates = self::top_k(reranked, rescored);
         }
-        let mut ids: Vec<usize> = candidates.iter().map(|c| c.0).collect();
+        let ids: Vec<usize> = candidates.iter().map(|c| c.0).collect();
+        self.rescore_exact(ids, &q, k)
+    }
+
+    /// The `k` best of the candidates `ids` by their exact cosine with
+    /// `unit_query` (unit-normalised), best first (ties: lower index): their
+    /// f32 vectors read by positioned reads, in file order (the only vectors
+    /// a quantized search reads). Repeated ids count once.
+    pub(crate) fn rescore_exact(
+        &self,
+        mut ids: Vec<usize>,
+        unit_query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(usize, f32)>, IndexError> {
+        let d = self.identity().dimension;
         ids.sort_unstable();
+        ids.dedup();
         let mut rows = Vec::new();
         self.read_vectors(&ids, &mut rows)?;
         let exact = ids
             .iter()
             .zip(rows.chunks_exact(d))
-            .map(|(&i, v)| (i, dot(v, &q)));
+            .map(|(&i, v)| (i, dot(v, unit_query)));
         Ok(self::top_k(exact, k))
     }
 

@@ -274,6 +274,9 @@ pub struct IndexOptions {
     /// A quantized index: candidates rescored exactly per result asked
     /// (the best `rescore x top_k` codes), unless a request says otherwise.
     pub rescore: usize,
+    /// The same for the HNSW graph over a quantized index's codes (the
+    /// graph's best `ann_rescore x top_k`), unless a request says otherwise.
+    pub ann_rescore: usize,
     /// A quantized index of bit codes: candidates the scan keeps per
     /// candidate rescored (re-ranked by the query against the codes' signs),
     /// unless a request says otherwise.
@@ -287,6 +290,7 @@ impl Default for IndexOptions {
             ann: false,
             ef_search: bertflow_core::index::DEFAULT_EF_SEARCH,
             rescore: bertflow_core::index::DEFAULT_RESCORE,
+            ann_rescore: bertflow_core::index::DEFAULT_ANN_RESCORE,
             shortlist: bertflow_core::index::DEFAULT_SHORTLIST,
         }
     }
@@ -313,6 +317,7 @@ pub struct MappedIndex {
     ann: Option<Graph>,
     ef_search: usize,
     rescore: usize,
+    ann_rescore: usize,
     shortlist: usize,
     /// Non-fatal differences (e.g. precision), for the operator.
     pub notes: Vec<String>,
@@ -330,8 +335,10 @@ impl MappedIndex {
             .check_matches(wanted)
             .map_err(|e| format!("refusing the index {}: {e}", path.display()))?;
         if index.quantizer().is_some() {
-            check_params(&index, options.rescore, SearchParams::default().shortlist)
-                .map_err(|e| format!("--rescore: {e}"))?;
+            for rescore in [options.rescore, options.ann_rescore] {
+                check_params(&index, rescore, SearchParams::default().shortlist)
+                    .map_err(|e| format!("--rescore: {e}"))?;
+            }
             check_params(&index, SearchParams::default().rescore, options.shortlist)
                 .map_err(|e| format!("--shortlist: {e}"))?;
         }
@@ -397,6 +404,7 @@ impl MappedIndex {
             ann,
             ef_search: options.ef_search.max(1),
             rescore: options.rescore,
+            ann_rescore: options.ann_rescore,
             shortlist: options.shortlist,
             notes,
         })
@@ -474,7 +482,8 @@ impl SearchIndex for MappedIndex {
     }
 
     fn check_rescore(&self, rescore: usize) -> Result<(), String> {
-        self.scans_codes("rescore")?;
+        // Also the graph's over the codes (--ann).
+        self.has_codes("rescore")?;
         check_params(&self.index(), rescore, self.shortlist)
     }
 
@@ -490,6 +499,7 @@ impl SearchIndex for MappedIndex {
         depth: ScanDepth,
     ) -> Result<Vec<Hit>, String> {
         let rescore = depth.rescore.unwrap_or(self.rescore);
+        let ann_rescore = depth.rescore.unwrap_or(self.ann_rescore);
         let shortlist = depth.shortlist.unwrap_or(self.shortlist);
         let index = self.index();
         let graph = self
@@ -505,7 +515,12 @@ impl SearchIndex for MappedIndex {
             ..SearchParams::default()
         };
         let ranked = match graph.and_then(|g| g.get()) {
-            Some(Ok(ann)) => ann.search(query, top_k, self.ef_search),
+            Some(Ok(ann)) => ann.search_rescored(
+                query,
+                top_k,
+                self.ef_search,
+                ann_rescore.min(index.len().div_ceil(k).max(1)),
+            ),
             _ => index.search_with(query, top_k, &params),
         }
         .map_err(|e| e.to_string())?;
@@ -547,12 +562,26 @@ impl SearchIndex for MappedIndex {
             return format!("{scan} (the index file was reopened after a change)");
         }
         match self.ann.as_ref().map(|g| g.get()) {
-            Some(Some(Ok(ann))) => format!(
-                "hnsw(m={}, ef_construction={}, ef_search={})",
-                ann.params().m,
-                ann.params().ef_construction,
-                self.ef_search
-            ),
+            Some(Some(Ok(ann))) => {
+                let graph = format!(
+                    "hnsw(m={}, ef_construction={}, ef_search={})",
+                    ann.params().m,
+                    ann.params().ef_construction,
+                    self.ef_search
+                );
+                match index.quantizer().filter(|_| ann.metric().on_codes()) {
+                    Some(q) => format!(
+                        "{graph} over the {} codes ({}, {} bytes per vector, {} distance), \
+                         the best {} x top_k rescored exactly",
+                        q.kind.name(),
+                        q.spec,
+                        q.width(),
+                        ann.metric().name(),
+                        self.ann_rescore
+                    ),
+                    None => graph,
+                }
+            }
             Some(Some(Err(e))) => format!("{scan} (the HNSW graph failed to load: {e})"),
             Some(None) => format!("{scan} (HNSW graph loading)"),
             None => scan,
@@ -563,17 +592,22 @@ impl SearchIndex for MappedIndex {
 impl MappedIndex {
     /// Error unless searches scan the codes (which `what` applies to).
     fn scans_codes(&self, what: &str) -> Result<(), String> {
+        self.has_codes(what)?;
+        if self.ann.is_some() && !self.reloaded.load(Ordering::Acquire) {
+            return Err(format!(
+                "{what} applies to the scan of the codes; this server searches the HNSW graph \
+                 (--ann)"
+            ));
+        }
+        Ok(())
+    }
+
+    fn has_codes(&self, what: &str) -> Result<(), String> {
         if self.index().quantizer().is_none() {
             return Err(format!(
                 "{what} applies to a quantized index (one that stores codes); {} has none \
                  (`bertflow index build --quantize`)",
                 self.path.display()
-            ));
-        }
-        if self.ann.is_some() && !self.reloaded.load(Ordering::Acquire) {
-            return Err(format!(
-                "{what} applies to the scan of the codes; this server searches the HNSW graph \
-                 (--ann)"
             ));
         }
         Ok(())
