@@ -543,23 +543,12 @@ impl Ann {
         ef: usize,
         rescore: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
-        let d = self.index.identity().dimension;
-        if query.len() != d {
-            return Err(IndexError::Invalid(format!(
-                "query of dimension {} for an index of dimension {d}",
-                query.len()
-            )));
-        }
-        if rescore == 0 {
-            return Err(IndexError::Invalid(
-                "rescore must be at least 1 (candidates rescored per result)".into(),
-            ));
-        }
+        self.index.check_query(query, Some(rescore))?;
         let k = top_k.min(self.len());
         if k == 0 {
             return Ok(Vec::new());
         }
-        let mut q = Vec::with_capacity(d);
+        let mut q = Vec::with_capacity(query.len());
         crate::format::normalise_into(query, &mut q);
         if self.metric.on_codes() {
             let want = k.saturating_mul(rescore).min(self.len());

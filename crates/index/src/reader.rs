@@ -416,13 +416,8 @@ impl Index {
         query: &[f32],
         top_k: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
+        self.check_query(query, None)?;
         let d = self.footer.identity.dimension;
-        if query.len() != d {
-            return Err(IndexError::Invalid(format!(
-                "query of dimension {} for an index of dimension {d}",
-                query.len()
-            )));
-        }
         let mut q = Vec::with_capacity(d);
         crate::format::normalise_into(query, &mut q);
         Ok(self::top_k(

@@ -87,18 +87,7 @@ impl Index {
         let Some(quantizer) = self.quantizer() else {
             return self.search_exact(query, top_k);
         };
-        let d = self.identity().dimension;
-        if query.len() != d {
-            return Err(IndexError::Invalid(format!(
-                "query of dimension {} for an index of dimension {d}",
-                query.len()
-            )));
-        }
-        if params.rescore == 0 {
-            return Err(IndexError::Invalid(
-                "rescore must be at least 1 (candidates rescored per result)".into(),
-            ));
-        }
+        self.check_query(query, Some(params.rescore))?;
         if params.shortlist == 0 {
             return Err(IndexError::Invalid(
                 "shortlist must be at least 1 (candidates re-ranked per candidate rescored)".into(),
@@ -108,7 +97,7 @@ impl Index {
         if k == 0 {
             return Ok(Vec::new());
         }
-        let mut q = Vec::with_capacity(d);
+        let mut q = Vec::with_capacity(query.len());
         normalise_into(query, &mut q);
         // At most every row: a huge rescore must not ask the top-k for room
         // it cannot have (it allocates its capacity up front).
@@ -318,6 +307,30 @@ impl Nearest {
             .into_iter()
             .map(|(i, h)| (i, -(h as f32)))
             .collect()
+    }
+}
+
+impl Index {
+    /// The checks every search makes of its arguments: a query of the index's
+    /// dimension and, where candidates are rescored, a depth of at least 1.
+    pub(crate) fn check_query(
+        &self,
+        query: &[f32],
+        rescore: Option<usize>,
+    ) -> Result<(), IndexError> {
+        let d = self.identity().dimension;
+        if query.len() != d {
+            return Err(IndexError::Invalid(format!(
+                "query of dimension {} for an index of dimension {d}",
+                query.len()
+            )));
+        }
+        if rescore == Some(0) {
+            return Err(IndexError::Invalid(
+                "rescore must be at least 1 (candidates rescored per result)".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
