@@ -543,13 +543,11 @@ impl Ann {
         ef: usize,
         rescore: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
-        self.index.check_query(query, Some(rescore))?;
+        let q = self.index.unit_query(query, Some(rescore))?;
         let k = top_k.min(self.len());
         if k == 0 {
             return Ok(Vec::new());
         }
-        let mut q = Vec::with_capacity(query.len());
-        crate::format::normalise_into(query, &mut q);
         if self.metric.on_codes() {
             let want = k.saturating_mul(rescore).min(self.len());
             let space = &self.hnsw.get_distance().space;

@@ -127,13 +127,11 @@ impl CompactAnn {
         ef: usize,
         rescore: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
-        self.index.check_query(query, Some(rescore))?;
+        let q = self.index.unit_query(query, Some(rescore))?;
         let k = top_k.min(self.points);
         if k == 0 {
             return Ok(Vec::new());
         }
-        let mut q = Vec::with_capacity(query.len());
-        crate::format::normalise_into(query, &mut q);
         let want = if self.metric.on_codes() {
             k.saturating_mul(rescore).min(self.points)
         } else {

@@ -416,10 +416,7 @@ impl Index {
         query: &[f32],
         top_k: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
-        self.check_query(query, None)?;
-        let d = self.footer.identity.dimension;
-        let mut q = Vec::with_capacity(d);
-        crate::format::normalise_into(query, &mut q);
+        let q = self.unit_query(query, None)?;
         Ok(self::top_k(
             self.iter_vectors().map(|(i, v)| (i, dot(v, &q))),
             top_k.min(self.len()),

@@ -5,7 +5,6 @@
 
 use bertflow_kernels::codes::{hamming_block_with, CodeIsa};
 
-use crate::format::normalise_into;
 use crate::reader::{dot, top_k};
 use crate::{Index, IndexError, Quantization};
 
@@ -87,7 +86,7 @@ impl Index {
         let Some(quantizer) = self.quantizer() else {
             return self.search_exact(query, top_k);
         };
-        self.check_query(query, Some(params.rescore))?;
+        let q = self.unit_query(query, Some(params.rescore))?;
         if params.shortlist == 0 {
             return Err(IndexError::Invalid(
                 "shortlist must be at least 1 (candidates re-ranked per candidate rescored)".into(),
@@ -97,8 +96,6 @@ impl Index {
         if k == 0 {
             return Ok(Vec::new());
         }
-        let mut q = Vec::with_capacity(query.len());
-        normalise_into(query, &mut q);
         // At most every row: a huge rescore must not ask the top-k for room
         // it cannot have (it allocates its capacity up front).
         let rescored = k.saturating_mul(params.rescore).min(self.len());
@@ -311,13 +308,14 @@ impl Nearest {
 }
 
 impl Index {
-    /// The checks every search makes of its arguments: a query of the index's
-    /// dimension and, where candidates are rescored, a depth of at least 1.
-    pub(crate) fn check_query(
+    /// The checks every search makes of its arguments (a query of the index's
+    /// dimension and, where candidates are rescored, a depth of at least 1),
+    /// then the query as a unit vector.
+    pub(crate) fn unit_query(
         &self,
         query: &[f32],
         rescore: Option<usize>,
-    ) -> Result<(), IndexError> {
+    ) -> Result<Vec<f32>, IndexError> {
         let d = self.identity().dimension;
         if query.len() != d {
             return Err(IndexError::Invalid(format!(
@@ -330,7 +328,9 @@ impl Index {
                 "rescore must be at least 1 (candidates rescored per result)".into(),
             ));
         }
-        Ok(())
+        let mut q = Vec::with_capacity(d);
+        crate::format::normalise_into(query, &mut q);
+        Ok(q)
     }
 }
 
