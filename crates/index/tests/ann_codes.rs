@@ -15,6 +15,16 @@ use common::identity;
 
 const D: usize = 64;
 
+/// The rows of the exact top `k` of `q`.
+fn exact_ids(index: &Index, q: &[f32], k: usize) -> Vec<usize> {
+    index
+        .search_exact(q, k)
+        .unwrap()
+        .iter()
+        .map(|r| r.0)
+        .collect()
+}
+
 /// Clustered vectors (splitmix64): `n` rows around 20 random centres.
 fn clustered(n: usize, d: usize, seed: u64) -> Vec<f32> {
     let mut rng = bertflow_numeric::rng::SplitMix64::new(seed);
@@ -64,12 +74,7 @@ const PARAMS: AnnParams = AnnParams {
 fn recall(index: &Index, ann: &Ann, queries: &[f32], k: usize, ef: usize, rescore: usize) -> f64 {
     let mut found = 0usize;
     for q in queries.chunks_exact(D) {
-        let exact: Vec<usize> = index
-            .search_exact(q, k)
-            .unwrap()
-            .iter()
-            .map(|r| r.0)
-            .collect();
+        let exact = exact_ids(&index, q, k);
         let approx = ann.search_rescored(q, k, ef, rescore).unwrap();
         assert_eq!(approx.len(), k);
         let mut unit = Vec::new();
@@ -105,12 +110,7 @@ fn a_graph_over_bit_codes_finds_the_neighbours_with_exact_scores() {
         };
         let mut found = 0usize;
         for q in queries.chunks_exact(D) {
-            let exact: Vec<usize> = index
-                .search_exact(q, 10)
-                .unwrap()
-                .iter()
-                .map(|r| r.0)
-                .collect();
+            let exact = exact_ids(&index, q, 10);
             let got = index.search_with(q, 10, &p).unwrap();
             found += got.iter().filter(|(i, _)| exact.contains(i)).count();
         }
@@ -284,12 +284,7 @@ fn the_compact_copy_of_a_graph_searches_as_well() {
     assert!(compact.link_bytes() >= 3000 * 32 * 4 && compact.link_bytes() < 3000 * 32 * 5);
     let mut found = 0usize;
     for q in queries.chunks_exact(D) {
-        let exact: Vec<usize> = index
-            .search_exact(q, 10)
-            .unwrap()
-            .iter()
-            .map(|r| r.0)
-            .collect();
+        let exact = exact_ids(&index, q, 10);
         let got = compact.search_rescored(q, 10, 64, 50).unwrap();
         let mut unit = Vec::new();
         normalise_into(q, &mut unit);
@@ -325,12 +320,7 @@ fn a_compact_graph_built_directly_searches_as_well() {
         assert_eq!((built.len(), last.into_inner()), (3000, 3000));
         let mut found = 0usize;
         for q in queries.chunks_exact(D) {
-            let exact: Vec<usize> = index
-                .search_exact(q, 10)
-                .unwrap()
-                .iter()
-                .map(|r| r.0)
-                .collect();
+            let exact = exact_ids(&index, q, 10);
             let got = built.search_rescored(q, 10, 64, rescore).unwrap();
             let mut unit = Vec::new();
             normalise_into(q, &mut unit);
