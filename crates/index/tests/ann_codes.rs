@@ -74,7 +74,7 @@ const PARAMS: AnnParams = AnnParams {
 fn recall(index: &Index, ann: &Ann, queries: &[f32], k: usize, ef: usize, rescore: usize) -> f64 {
     let mut found = 0usize;
     for q in queries.chunks_exact(D) {
-        let exact = exact_ids(&index, q, k);
+        let exact = exact_ids(index, q, k);
         let approx = ann.search_rescored(q, k, ef, rescore).unwrap();
         assert_eq!(approx.len(), k);
         let mut unit = Vec::new();
