@@ -184,7 +184,7 @@ impl IndexWriter {
             .write(true)
             .open(path)
             .map_err(io(path))?;
-        file.try_lock().map_err(|e| match e {
+        lock_briefly(&file).map_err(|e| match e {
             std::fs::TryLockError::WouldBlock => IndexError::Io(format!(
                 "{}: another `index add` (or `index ann`) is writing this index",
                 path.display()
@@ -373,4 +373,20 @@ impl IndexWriter {
         }
         Ok(self.footer.count)
     }
+}
+
+/// The file's exclusive lock, waiting up to half a second for it: a lock just
+/// released can still be held for an instant by a process forked (by another
+/// thread) while it was taken, until that process's `exec` closes the
+/// descriptor; a real writer holds it far longer.
+fn lock_briefly(file: &File) -> Result<(), std::fs::TryLockError> {
+    for _ in 0..50 {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => return other,
+        }
+    }
+    file.try_lock()
 }
