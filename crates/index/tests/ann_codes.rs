@@ -220,8 +220,11 @@ fn a_graph_over_int8_codes_finds_the_neighbours() {
     let index = Arc::new(Index::open(&path, true).unwrap());
     let ann = Ann::build(Arc::clone(&index), PARAMS, &|_| {}).unwrap();
     assert_eq!(ann.metric(), AnnMetric::Int8);
-    // Measured 1.0: int8 codes rank almost as the floats do.
-    let r = recall(&index, &ann, &clustered(40, D, 98), 10, 64, 2);
+    // Measured 1.0 in most builds: int8 codes rank almost as the floats do.
+    // hnsw_rs inserts in parallel, so the graph differs from run to run: at
+    // ef 64 / rescore 2 about one build in 25 fell below 0.95 (with other
+    // tests running beside it); ef 128 / rescore 4 leaves the margin.
+    let r = recall(&index, &ann, &clustered(40, D, 98), 10, 128, 4);
     assert!(r >= 0.95, "recall@10 {r}");
     ann.save(&path).unwrap();
     let json = std::fs::read_to_string(AnnFiles::of(&path).meta).unwrap();
@@ -305,7 +308,10 @@ fn the_compact_copy_of_a_graph_searches_as_well() {
 #[test]
 fn a_compact_graph_built_directly_searches_as_well() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, q, rescore) in [("b.idx", binary(), 50), ("i.idx", int8(), 2)] {
+    // The compact build is deterministic (one thread, fixed seed): 0.973 and
+    // 0.927 here; hnsw_rs inserts in parallel and varies from run to run (int8:
+    // 0.93 to 0.95 seen), so the comparison with it keeps a wider margin.
+    for (name, q, rescore, floor) in [("b.idx", binary(), 50, 0.96), ("i.idx", int8(), 2, 0.91)] {
         let path = dir.path().join(name);
         write(&path, &q, &clustered(3000, D, 1));
         let index = Arc::new(Index::open(&path, true).unwrap());
@@ -332,7 +338,7 @@ fn a_compact_graph_built_directly_searches_as_well() {
         let c = found as f64 / (queries.len() / D * 10) as f64;
         eprintln!("{name}: built compact recall@10 {c}, hnsw_rs {r}");
         assert!(
-            c >= r - 0.02,
+            c >= floor && c >= r - 0.05,
             "{name}: compact recall@10 {c}, the hnsw_rs graph's {r}"
         );
         // Every stored row finds itself.
