@@ -91,25 +91,32 @@ pub fn gelu_erf(x: f32) -> f32 {
 /// [`gelu_erf`].
 #[inline(always)]
 pub fn gelu_poly(x: f32) -> f32 {
-    const L: f32 = 4.5;
-    const INV_L2: f32 = 1.0 / (L * L);
-    const Q: [f32; 10] = [
-        0.398_883_8,
-        -1.343_325_3,
-        4.032_218_5,
-        -9.322_442,
-        16.457_12,
-        -21.673_918,
-        20.402_08,
-        -12.836_882,
-        4.798_979_3,
-        -0.801_605_3,
-    ];
-    let c = x.clamp(-L, L);
-    let t = (c * c) * INV_L2;
-    let q = Q[..9].iter().rev().fold(Q[9], |q, &k| q.mul_add(t, k));
+    let c = x.clamp(-GELU_L, GELU_L);
+    let t = (c * c) * GELU_INV_L2;
+    let q = GELU_Q[..9]
+        .iter()
+        .rev()
+        .fold(GELU_Q[9], |q, &k| q.mul_add(t, k));
     x * c.mul_add(q, 0.5)
 }
+
+/// [`gelu_poly`]'s clamp `L`.
+pub(crate) const GELU_L: f32 = 4.5;
+/// `1 / L^2`.
+pub(crate) const GELU_INV_L2: f32 = 1.0 / (GELU_L * GELU_L);
+/// [`gelu_poly`]'s `q`, lowest degree first.
+pub(crate) const GELU_Q: [f32; 10] = [
+    0.398_883_8,
+    -1.343_325_3,
+    4.032_218_5,
+    -9.322_442,
+    16.457_12,
+    -21.673_918,
+    20.402_08,
+    -12.836_882,
+    4.798_979_3,
+    -0.801_605_3,
+];
 
 /// erf by Abramowitz & Stegun 7.1.26, |error| < 1.5e-7.
 #[inline(always)]

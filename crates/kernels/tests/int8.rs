@@ -2,6 +2,7 @@
 //! its own activation code range, on odd shapes (M, N not multiples of the 6 x 64
 //! tile, K not a multiple of 4); the AVX-VNNI tile also with EVEX `vpdpbusd`, so that
 //! it runs on AVX-512 CPUs without AVX-VNNI.
+use bertflow_kernels::int8::RowLanes;
 use bertflow_kernels::int8::{
     quantize_row, quantize_weights, reference_forward, KernelError, QMAX_7BIT, QMAX_8BIT,
 };
@@ -86,6 +87,40 @@ fn every_available_kernel_matches_the_reference_bit_for_bit() {
                 }
             }
         }
+    }
+}
+
+/// The output's row ranges gathered while it is written (the AVX512-VNNI output
+/// stage at widths of 64, a scan elsewhere) give the next layer's input exactly
+/// as a scan does: same output, same codes, scales and zero points.
+#[test]
+fn row_lanes_gathered_by_the_product_quantise_its_output_as_a_scan_does() {
+    let mut lanes = RowLanes::new();
+    let (mut inp, mut want, mut got) = (QuantInput::new(), QuantInput::new(), QuantInput::new());
+    for c in cases() {
+        let (m, k, n) = (c.m, c.k, c.n);
+        let lin = QuantLinear::new(&c.w, &c.b, n, k).unwrap();
+        for act in [Act::None, Act::GeluErf, Act::GeluPoly, Act::Relu] {
+            for residual in [None, Some(c.res.as_slice())] {
+                for isa in Isa::available_all() {
+                    let case = format!("{isa:?} m={m} k={k} n={n} {act:?} {}", residual.is_some());
+                    inp.quantize(isa, &c.x, m, k).unwrap();
+                    let mut plain = vec![f32::NAN; m * n];
+                    lin.forward_quantized(isa, &inp, residual, act, &mut plain)
+                        .unwrap();
+                    let mut out = vec![f32::NAN; m * n];
+                    lin.forward_quantized_lanes(isa, &inp, residual, act, &mut out, &mut lanes)
+                        .unwrap();
+                    assert_eq!(out, plain, "{case}");
+                    want.quantize(isa, &out, m, n).unwrap();
+                    got.quantize_lanes(isa, &out, m, n, &lanes).unwrap();
+                    assert_eq!(got, want, "{case}");
+                }
+            }
+        }
+        // Lanes of another shape are refused.
+        let r = got.quantize_lanes(Isa::Scalar, &vec![0.0; (m + 1) * n], m + 1, n, &lanes);
+        assert!(matches!(r, Err(KernelError::Shape(_))), "{r:?}");
     }
 }
 

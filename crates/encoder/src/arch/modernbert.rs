@@ -312,6 +312,7 @@ impl Block for ModernBertBlock {
             inter,
             scores,
             qin,
+            ..
         } = scratch;
         let shape = pass.shape;
         // Attention on attn_norm(x) (x itself on layer 0).

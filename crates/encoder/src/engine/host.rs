@@ -11,6 +11,7 @@
 use super::{Embeddings, LayerNorm, Linear, Model, Positions, PostNormBlock, Product};
 use crate::config::HiddenAct;
 use crate::error::{EncoderError, Result};
+use bertflow_kernels::int8::RowLanes;
 use bertflow_kernels::{
     attention, layer_norm, Act, AttnOpts, AttnShape, Isa, PackedLinear, QuantInput, QuantLinear,
     ShapeError,
@@ -26,6 +27,9 @@ pub(crate) struct Scratch {
     pub(crate) scores: Vec<f32>,
     /// The input of the current int8 product, quantised.
     pub(crate) qin: QuantInput,
+    /// The row ranges of the int8 intermediate product's output, gathered as it
+    /// is written, for quantising it as the output product's input.
+    pub(crate) lanes: RowLanes,
 }
 
 /// Buffers of one forward pass; the hidden states of the last pass stay readable
@@ -110,12 +114,16 @@ impl Linear {
     ) -> Result<()> {
         match &self.product {
             Product::Fp32(fp) => Self::fp32_host(fp, x, residual, act, out),
-            Product::Int8(lin, isa) => Self::int8_host(lin, *isa, x, residual, act, qin, out),
+            Product::Int8(lin, isa) => {
+                Self::int8_host(lin, *isa, x, residual, act, qin, out, Lanes::None)
+            }
         }
     }
 
     /// `out` = act(`x` W^T + b [+ residual]) by the int8 layer `lin`, `x` quantised
-    /// into `qin`.
+    /// into `qin` (its row ranges from `lanes` if they hold them), the output's
+    /// row ranges gathered into `lanes` if asked.
+    #[allow(clippy::too_many_arguments)]
     fn int8_host(
         lin: &QuantLinear,
         isa: Isa,
@@ -124,10 +132,14 @@ impl Linear {
         act: Act,
         qin: &mut QuantInput,
         out: &mut Vec<f32>,
+        lanes: Lanes,
     ) -> Result<()> {
         let (k, n) = (lin.in_dim(), lin.out_dim());
         let m = x.len() / k;
-        qin.quantize(isa, x, m, k)?;
+        match &lanes {
+            Lanes::Of(l) => qin.quantize_lanes(isa, x, m, k, l)?,
+            _ => qin.quantize(isa, x, m, k)?,
+        }
         out.resize(m * n, 0.0);
         // GELU by the polynomial: this output is quantised to 8 bits as the next
         // product's input, far coarser than the polynomial's 6e-5.
@@ -135,7 +147,31 @@ impl Linear {
             Act::GeluErf => Act::GeluPoly,
             a => a,
         };
-        Ok(lin.forward_quantized(isa, qin, residual, act, out)?)
+        match lanes {
+            Lanes::Gather(l) => lin.forward_quantized_lanes(isa, qin, residual, act, out, l)?,
+            _ => lin.forward_quantized(isa, qin, residual, act, out)?,
+        }
+        Ok(())
+    }
+
+    /// `out` = act(`x` W^T + b), on the host; an int8 layer also gathers the
+    /// output's row ranges into `lanes` and says so (true), for the next int8
+    /// product's quantisation of `out` ([`Lanes::Of`]).
+    fn forward_act_gather_host(
+        &self,
+        x: &[f32],
+        act: Act,
+        out: &mut Vec<f32>,
+        qin: &mut QuantInput,
+        lanes: &mut RowLanes,
+    ) -> Result<bool> {
+        match &self.product {
+            Product::Fp32(fp) => Self::fp32_host(fp, x, None, act, out).map(|()| false),
+            Product::Int8(lin, isa) => {
+                Self::int8_host(lin, *isa, x, None, act, qin, out, Lanes::Gather(lanes))
+                    .map(|()| true)
+            }
+        }
     }
 
     /// `out` = act(`x` W^T + b), on the host.
@@ -160,7 +196,8 @@ impl Linear {
         self.product_host(x, Some(residual), Act::None, qin, out)
     }
 
-    /// `out` = LayerNorm(`x` W^T + b + `residual`), on the host.
+    /// `out` = LayerNorm(`x` W^T + b + `residual`), on the host (an int8 layer
+    /// quantises `x` with the row ranges in `lanes`, when given).
     pub(crate) fn forward_residual_ln_host(
         &self,
         x: &[f32],
@@ -168,10 +205,26 @@ impl Linear {
         ln: &LayerNorm,
         out: &mut Vec<f32>,
         qin: &mut QuantInput,
+        lanes: Option<&RowLanes>,
     ) -> Result<()> {
-        self.forward_residual_host(x, residual, out, qin)?;
+        match (&self.product, lanes) {
+            (Product::Int8(lin, isa), Some(l)) => {
+                let lanes = Lanes::Of(l);
+                Self::int8_host(lin, *isa, x, Some(residual), Act::None, qin, out, lanes)?
+            }
+            _ => self.forward_residual_host(x, residual, out, qin)?,
+        }
         layer_norm(out, &ln.w, &ln.b, ln.eps).map_err(kernel_err)
     }
+}
+
+/// What an int8 product does with row ranges ([`RowLanes`]).
+enum Lanes<'a> {
+    None,
+    /// Quantise the input with these (gathered when it was written).
+    Of(&'a RowLanes),
+    /// Gather the output's into these.
+    Gather(&'a mut RowLanes),
 }
 
 /// `out` = tanh(`x` W^T + b) in fp32 (the pooler).
@@ -213,6 +266,7 @@ impl super::Block for PostNormBlock {
             inter,
             scores,
             qin,
+            lanes,
         } = scratch;
         self.qkv.forward_act_host(x, Act::None, qkv, qin)?;
         ctx.resize(x.len(), 0.0);
@@ -222,19 +276,27 @@ impl super::Block for PostNormBlock {
         };
         attention(qkv, pass.lens, pass.shape, opts, ctx, scores).map_err(kernel_err)?;
         self.attn_out
-            .forward_residual_ln_host(ctx, x, &self.attn_ln, h1, qin)?;
+            .forward_residual_ln_host(ctx, x, &self.attn_ln, h1, qin, None)?;
         let inter_act = match self.act {
             HiddenAct::Gelu => Act::GeluErf,
             HiddenAct::Relu => Act::Relu,
             HiddenAct::GeluApprox => Act::None,
         };
-        self.intermediate
-            .forward_act_host(h1, inter_act, inter, qin)?;
-        if matches!(self.act, HiddenAct::GeluApprox) {
+        // The intermediate output's row ranges are gathered as it is written (int8),
+        // so that the output product quantises it without a scan; not when an
+        // activation is applied after.
+        let gathered = if matches!(self.act, HiddenAct::GeluApprox) {
+            self.intermediate
+                .forward_act_host(h1, inter_act, inter, qin)?;
             gelu_tanh(inter);
-        }
+            false
+        } else {
+            self.intermediate
+                .forward_act_gather_host(h1, inter_act, inter, qin, lanes)?
+        };
+        let lanes = gathered.then_some(&*lanes);
         self.output
-            .forward_residual_ln_host(inter, h1, &self.out_ln, out, qin)
+            .forward_residual_ln_host(inter, h1, &self.out_ln, out, qin, lanes)
     }
 
     fn quantize(&mut self, isa: Isa) -> Result<()> {

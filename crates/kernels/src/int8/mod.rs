@@ -25,11 +25,16 @@
 //!   kernel gives bit for bit the result of [`reference_forward`] with its code range.
 use crate::act::Act;
 
+mod input;
 mod isa;
 #[cfg(target_arch = "x86_64")]
 mod vnni256;
 #[cfg(target_arch = "x86_64")]
+mod vnni512;
+#[cfg(target_arch = "x86_64")]
 mod x86;
+use input::quantize_rows;
+pub use input::{quantize_row, QuantInput, RowLanes};
 pub use isa::Isa;
 
 /// Output channels per panel (one zmm of i32, two ymm).
@@ -76,124 +81,6 @@ pub fn quantize_weights(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
         }
     }
     (q, scales)
-}
-
-/// `t` clamped to `0..=q` (NaN to 0) and rounded to the nearest integer, ties to
-/// even (adding 1.5 * 2^23 leaves the integer in the low mantissa bits): plain
-/// float adds, compares and bit masks, so the loops vectorise.
-#[inline(always)]
-fn round_code(t: f32, q: f32) -> u8 {
-    let t = if t > 0.0 { t } else { 0.0 };
-    let t = if t < q { t } else { q };
-    ((t + 12_582_912.0).to_bits() & 0xff) as u8
-}
-
-/// Asymmetric quantisation of one activation row to codes in `0..=qmax` (127 or
-/// 255) into `out` (len >= x.len(), the rest set to 0): returns (scale, zero point)
-/// with x ~ scale * (q - zero).
-#[inline(always)]
-pub fn quantize_row(x: &[f32], out: &mut [u8], qmax: i32) -> (f32, i32) {
-    // Min and max in 16 lanes (order does not change either; NaN is skipped),
-    // so that the loop vectorises.
-    const L: usize = 16;
-    let (mut lo_l, mut hi_l) = ([0f32; L], [0f32; L]);
-    let chunks = x.chunks_exact(L);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for ((lo, hi), &v) in lo_l.iter_mut().zip(&mut hi_l).zip(c) {
-            *lo = if v < *lo { v } else { *lo };
-            *hi = if v > *hi { v } else { *hi };
-        }
-    }
-    let (mut lo, mut hi) = (0f32, 0f32);
-    for &v in lo_l.iter().chain(tail) {
-        lo = if v < lo { v } else { lo };
-    }
-    for &v in hi_l.iter().chain(tail) {
-        hi = if v > hi { v } else { hi };
-    }
-    let q = qmax.clamp(1, QMAX_8BIT) as f32;
-    let range = hi - lo;
-    let s = if range > 0.0 && range.is_finite() {
-        range / q
-    } else {
-        1.0
-    };
-    let inv = 1.0 / s;
-    let z = (-lo * inv).round().clamp(0.0, q);
-    for (d, &v) in out.iter_mut().zip(x) {
-        *d = round_code(v * inv + z, q);
-    }
-    out[x.len()..].fill(0);
-    (s, z as i32)
-}
-
-/// A layer input quantised for one kernel: codes (rows padded to a multiple of 4
-/// with zeros), per-row scales and zero points. Keep one per worker and reuse it:
-/// quantising into it allocates only when it has to grow.
-#[derive(Default)]
-pub struct QuantInput {
-    codes: Vec<u8>,
-    scale: Vec<f32>,
-    zero: Vec<i32>,
-    m: usize,
-    kp: usize,
-    qmax: i32,
-}
-
-impl QuantInput {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Rows held.
-    pub fn rows(&self) -> usize {
-        self.m
-    }
-
-    /// Quantise `x` (row-major `[m, k]`) for the kernel `isa`.
-    pub fn quantize(&mut self, isa: Isa, x: &[f32], m: usize, k: usize) -> Result<(), KernelError> {
-        if k == 0 || x.len() != m * k {
-            return Err(KernelError::Shape(format!(
-                "{} input values are not {m} rows of {k}",
-                x.len()
-            )));
-        }
-        let kp = k.div_ceil(4) * 4;
-        let qmax = isa.act_max();
-        self.codes.resize(m * kp, 0);
-        self.scale.resize(m, 0.0);
-        self.zero.resize(m, 0);
-        (self.m, self.kp, self.qmax) = (m, kp, qmax);
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX512F was detected just above, the only requirement.
-            unsafe { x86::quantize_rows_avx512(self, x, k) };
-            return Ok(());
-        }
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 was detected just above, the only requirement.
-            unsafe { x86::quantize_rows_avx2(self, x, k) };
-            return Ok(());
-        }
-        quantize_rows(self, x, k);
-        Ok(())
-    }
-}
-
-/// Every row of `x` into `inp` (sized by [`QuantInput::quantize`]).
-#[inline(always)]
-fn quantize_rows(inp: &mut QuantInput, x: &[f32], k: usize) {
-    let (kp, qmax) = (inp.kp, inp.qmax);
-    for (((row, codes), s), z) in x
-        .chunks_exact(k)
-        .zip(inp.codes.chunks_exact_mut(kp))
-        .zip(&mut inp.scale)
-        .zip(&mut inp.zero)
-    {
-        (*s, *z) = quantize_row(row, codes, qmax);
-    }
 }
 
 /// A linear layer with s8 weights packed for the micro-kernels.
@@ -300,9 +187,40 @@ impl QuantLinear {
             Isa::AvxVnni => unsafe { vnni256::drive_avxvnni(self, inp, residual, act, out) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `isa.check()` passed: AVX512F/BW/VNNI were detected at run time.
-            Isa::Avx512Vnni => unsafe { x86::drive_vnni(self, inp, residual, act, out) },
+            Isa::Avx512Vnni => unsafe { vnni512::drive_vnni(self, inp, residual, act, out, None) },
             _ => drive(self, inp, residual, act, out, micro_scalar),
         }
+        Ok(())
+    }
+
+    /// As [`QuantLinear::forward_quantized`], and the 16-lane minimum and maximum of
+    /// each output row into `lanes`, for quantising `out` as the next layer's input
+    /// without scanning it ([`QuantInput::quantize_lanes`]): gathered by the
+    /// AVX512-VNNI output stage as it writes (layers whose width is a multiple of
+    /// 64), else by a scan of `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_quantized_lanes(
+        &self,
+        isa: Isa,
+        inp: &QuantInput,
+        residual: Option<&[f32]>,
+        act: Act,
+        out: &mut [f32],
+        lanes: &mut RowLanes,
+    ) -> Result<(), KernelError> {
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni && self.n.is_multiple_of(NB) {
+            self.check_io(isa.name(), isa.act_max(), inp, residual, out)?;
+            isa.check()?;
+            lanes.reset(inp.m, self.n);
+            // SAFETY: `isa.check()` passed: AVX512F/BW/VNNI were detected at run
+            // time; the shapes are checked, the width is a multiple of 64 and
+            // `lanes` have a row per input row.
+            unsafe { vnni512::drive_vnni(self, inp, residual, act, out, Some(lanes)) };
+            return Ok(());
+        }
+        self.forward_quantized(isa, inp, residual, act, out)?;
+        lanes.scan(out, inp.m, self.n);
         Ok(())
     }
 

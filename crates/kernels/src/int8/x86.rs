@@ -1,9 +1,9 @@
-//! x86-64 micro-kernels (AVX2, AVX512-VNNI) and their target-feature drivers; the
-//! AVX-VNNI (256-bit) kernel is in `vnni256.rs`.
+//! x86-64 quantisation and the AVX2 micro-kernel with its target-feature driver; the
+//! AVX-VNNI (256-bit) kernel is in `vnni256.rs`, the AVX512-VNNI one in `vnni512.rs`.
 //!
 //! Each driver is [`super::drive`] compiled with the kernel's features, so the
 //! output stage and the micro-kernel calls inline and vectorise for that CPU.
-use super::{drive, quantize_rows, Act, QuantInput, QuantLinear, Tile, MR, NB, NR};
+use super::{drive, quantize_rows, Act, QuantInput, QuantLinear, RowLanes, Tile, MR, NB, NR};
 use std::arch::x86_64::*;
 
 /// Bytes of one K step (4 consecutive k) of a packed block: 64 channels x 4.
@@ -14,8 +14,13 @@ const KSTEP: usize = NB * 4;
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn quantize_rows_avx2(inp: &mut QuantInput, x: &[f32], k: usize) {
-    quantize_rows(inp, x, k)
+pub(super) unsafe fn quantize_rows_avx2(
+    inp: &mut QuantInput,
+    x: &[f32],
+    k: usize,
+    lanes: Option<&RowLanes>,
+) {
+    quantize_rows(inp, x, k, lanes)
 }
 
 /// [`super::quantize_rows`] compiled for AVX-512 (the same codes: plain float
@@ -24,8 +29,13 @@ pub(super) unsafe fn quantize_rows_avx2(inp: &mut QuantInput, x: &[f32], k: usiz
 /// # Safety
 /// The CPU must support AVX512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn quantize_rows_avx512(inp: &mut QuantInput, x: &[f32], k: usize) {
-    quantize_rows(inp, x, k)
+pub(super) unsafe fn quantize_rows_avx512(
+    inp: &mut QuantInput,
+    x: &[f32],
+    k: usize,
+    lanes: Option<&RowLanes>,
+) {
+    quantize_rows(inp, x, k, lanes)
 }
 
 /// The int8 product with the AVX2 micro-kernel.
@@ -118,79 +128,6 @@ unsafe fn micro_avx2<const R: usize>(
             let p = dst.as_mut_ptr() as *mut __m256i;
             _mm256_storeu_si256(p, cr[0]);
             _mm256_storeu_si256(p.add(1), cr[1]);
-        }
-    }
-}
-
-/// The int8 product with the AVX512-VNNI micro-kernel.
-///
-/// # Safety
-/// The CPU must support AVX512F, FMA, AVX512BW and AVX512-VNNI; `inp` and `out`
-/// fit `lin` (checked by the caller).
-#[target_feature(enable = "avx512f,fma,avx512bw,avx512vnni")]
-pub(super) unsafe fn drive_vnni(
-    lin: &QuantLinear,
-    inp: &QuantInput,
-    residual: Option<&[f32]>,
-    act: Act,
-    out: &mut [f32],
-) {
-    drive(lin, inp, residual, act, out, |a, mr, w, acc| {
-        // SAFETY: the features are enabled in this function; `a` holds mr rows of
-        // kp codes and `w` one block of kp * NB codes (drive's slices).
-        unsafe {
-            match mr {
-                1 => micro_vnni::<1>(a, w, acc),
-                2 => micro_vnni::<2>(a, w, acc),
-                3 => micro_vnni::<3>(a, w, acc),
-                4 => micro_vnni::<4>(a, w, acc),
-                5 => micro_vnni::<5>(a, w, acc),
-                _ => micro_vnni::<6>(a, w, acc),
-            }
-        }
-    })
-}
-
-/// AVX512-VNNI micro-kernel, `R` rows x 64 channels in `4 R` zmm accumulators: per
-/// 4 k, load the block's 4 x 16 channels x 4 weights once, broadcast each row's 4
-/// activation codes and `vpdpbusd` (u8 x s8 products summed in i32, no
-/// saturation) into the 4 accumulators of the row.
-///
-/// # Safety
-/// The CPU must support AVX512F/BW/VNNI; `a.len() == R * kp` with `kp` a positive
-/// multiple of 4, `w.len() >= kp * NB`, `R <= MR`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn micro_vnni<const R: usize>(a: &[u8], w: &[i8], acc: &mut Tile) {
-    let kp = a.len() / R;
-    assert!(R <= MR && kp.is_multiple_of(4) && kp > 0 && w.len() >= kp * NB);
-    let mut c = [[_mm512_setzero_si512(); 4]; R];
-    let (ap, wp) = (a.as_ptr(), w.as_ptr());
-    for k4 in 0..kp / 4 {
-        // SAFETY: k4 * KSTEP + KSTEP <= kp * NB <= w.len() (asserted); unaligned loads.
-        let (w0, w1, w2, w3) = unsafe {
-            let p = wp.add(k4 * KSTEP);
-            (
-                _mm512_loadu_si512(p as *const _),
-                _mm512_loadu_si512(p.add(64) as *const _),
-                _mm512_loadu_si512(p.add(128) as *const _),
-                _mm512_loadu_si512(p.add(192) as *const _),
-            )
-        };
-        for (r, cr) in c.iter_mut().enumerate() {
-            // SAFETY: r * kp + k4 * 4 + 4 <= R * kp = a.len(); unaligned read.
-            let v = unsafe { (ap.add(r * kp + k4 * 4) as *const i32).read_unaligned() };
-            let av = _mm512_set1_epi32(v);
-            cr[0] = _mm512_dpbusd_epi32(cr[0], av, w0);
-            cr[1] = _mm512_dpbusd_epi32(cr[1], av, w1);
-            cr[2] = _mm512_dpbusd_epi32(cr[2], av, w2);
-            cr[3] = _mm512_dpbusd_epi32(cr[3], av, w3);
-        }
-    }
-    for (cr, dst) in c.iter().zip(acc.iter_mut()) {
-        for (q, v) in cr.iter().enumerate() {
-            // SAFETY: dst[16 q..16 q + 16] is 16 i32 (q < 4, NB = 64): one unaligned
-            // 16-lane store fits exactly.
-            unsafe { _mm512_storeu_si512(dst[q * NR..].as_mut_ptr() as *mut _, *v) };
         }
     }
 }
