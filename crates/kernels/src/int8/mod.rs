@@ -21,8 +21,11 @@
 //!   (AVX512-VNNI + VL) instantiation, [`QuantLinear::forward_quantized_avxvnni_evex`],
 //!   tests and times the same code on AVX-512 CPUs without AVX-VNNI.
 //! * Output stage (per tile, still in cache): dequantise, add the bias, optionally a
-//!   residual, then the activation. It is the same code for every kernel, so each
-//!   kernel gives bit for bit the result of [`reference_forward`] with its code range.
+//!   residual, then the activation. It is the same arithmetic for every kernel, so
+//!   each kernel gives bit for bit the result of [`reference_forward`] with its code
+//!   range; the AVX512-VNNI kernel runs it in one pass of intrinsics over full
+//!   64-channel blocks (`vnni512.rs`) and can gather the output rows' ranges for the
+//!   next layer's quantisation ([`QuantLinear::forward_quantized_lanes`]).
 use crate::act::Act;
 
 mod input;
