@@ -338,10 +338,29 @@ impl QuantLinear {
     }
 }
 
-/// The loop over 64-channel blocks (outer: one block's weights stay in cache) and
-/// tiles of up to [`MR`] rows, with the micro-kernel `micro(codes of mr rows, mr,
-/// block, tile)` and the output stage; inlined into each kernel's target-feature
-/// function so that the output stage is vectorised for that instruction set.
+/// Every tile of the product: the 64-channel blocks (outer: one block's weights stay
+/// in cache) and in each the tiles of up to [`MR`] rows, as
+/// `tile(block, codes of the tile's rows, (r0, mr), (c0, cols))`.
+#[inline(always)]
+fn for_each_tile(
+    lin: &QuantLinear,
+    inp: &QuantInput,
+    mut tile: impl FnMut(&[i8], &[u8], (usize, usize), (usize, usize)),
+) {
+    let (m, n, kp) = (inp.m, lin.n, lin.kp);
+    for (blk, w) in lin.packed.chunks_exact(kp * NB).enumerate() {
+        let c0 = blk * NB;
+        let cols = NB.min(n - c0);
+        for r0 in (0..m).step_by(MR) {
+            let mr = MR.min(m - r0);
+            tile(w, &inp.codes[r0 * kp..(r0 + mr) * kp], (r0, mr), (c0, cols));
+        }
+    }
+}
+
+/// The product with the micro-kernel `micro(codes of mr rows, mr, block, tile)` and
+/// the shared output stage; inlined into each kernel's target-feature function so
+/// that the output stage is vectorised for that instruction set.
 #[inline(always)]
 fn drive(
     lin: &QuantLinear,
@@ -351,17 +370,11 @@ fn drive(
     out: &mut [f32],
     mut micro: impl FnMut(&[u8], usize, &[i8], &mut Tile),
 ) {
-    let (m, n, kp) = (inp.m, lin.n, lin.kp);
     let mut acc: Tile = [[0; NB]; MR];
-    for (blk, w) in lin.packed.chunks_exact(kp * NB).enumerate() {
-        let c0 = blk * NB;
-        let cols = NB.min(n - c0);
-        for r0 in (0..m).step_by(MR) {
-            let mr = MR.min(m - r0);
-            micro(&inp.codes[r0 * kp..(r0 + mr) * kp], mr, w, &mut acc);
-            lin.output_tile(&acc, (r0, mr), (c0, cols), inp, residual, act, out);
-        }
-    }
+    for_each_tile(lin, inp, |w, a, (r0, mr), (c0, cols)| {
+        micro(a, mr, w, &mut acc);
+        lin.output_tile(&acc, (r0, mr), (c0, cols), inp, residual, act, out);
+    });
 }
 
 /// One output value: `s_x s_w (acc - z_x colsum) + b` (a multiply, then an add).

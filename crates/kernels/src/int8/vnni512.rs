@@ -10,7 +10,7 @@
 //! the same bit for bit. (Run on the accumulators in registers, the stage made LLVM
 //! spill accumulators inside the product loop.) The narrow last block of other
 //! widths goes through the shared output stage.
-use super::{Act, QuantInput, QuantLinear, RowLanes, Tile, MR, NB, NR};
+use super::{for_each_tile, Act, QuantInput, QuantLinear, RowLanes, Tile, MR, NB, NR};
 use crate::act::{GELU_INV_L2, GELU_L, GELU_Q};
 use std::arch::x86_64::*;
 
@@ -44,15 +44,23 @@ pub(super) unsafe fn drive_vnni(
     out: &mut [f32],
     mut lanes: Option<&mut RowLanes>,
 ) {
-    let (m, n, kp) = (inp.m, lin.n, lin.kp);
     let mut acc: Tile = [[0; NB]; MR];
-    for (blk, w) in lin.packed.chunks_exact(kp * NB).enumerate() {
-        let c0 = blk * NB;
-        let cols = NB.min(n - c0);
-        for r0 in (0..m).step_by(MR) {
-            let mr = MR.min(m - r0);
-            let a = &inp.codes[r0 * kp..(r0 + mr) * kp];
-            let full = Stage {
+    for_each_tile(lin, inp, |w, a, (r0, mr), (c0, cols)| {
+        // SAFETY: the features are enabled in this function; `a` holds mr rows of
+        // kp codes and `w` one block of kp * NB codes.
+        unsafe {
+            match mr {
+                1 => micro::<1>(a, w, &mut acc),
+                2 => micro::<2>(a, w, &mut acc),
+                3 => micro::<3>(a, w, &mut acc),
+                4 => micro::<4>(a, w, &mut acc),
+                5 => micro::<5>(a, w, &mut acc),
+                _ => micro::<6>(a, w, &mut acc),
+            }
+        }
+        if cols == NB {
+            debug_assert!(lanes.as_ref().is_none_or(|l| l.lo.len() >= r0 + mr));
+            let st = Stage {
                 lin,
                 inp,
                 residual,
@@ -60,28 +68,13 @@ pub(super) unsafe fn drive_vnni(
                 r0,
                 c0,
             };
-            // SAFETY: the features are enabled in this function; `a` holds mr rows
-            // of kp codes and `w` one block of kp * NB codes.
-            unsafe {
-                match mr {
-                    1 => micro::<1>(a, w, &mut acc),
-                    2 => micro::<2>(a, w, &mut acc),
-                    3 => micro::<3>(a, w, &mut acc),
-                    4 => micro::<4>(a, w, &mut acc),
-                    5 => micro::<5>(a, w, &mut acc),
-                    _ => micro::<6>(a, w, &mut acc),
-                }
-            }
-            if cols == NB {
-                debug_assert!(lanes.as_ref().is_none_or(|l| l.lo.len() >= r0 + mr));
-                // SAFETY: AVX512F and FMA are enabled here; the tile's 64 channels
-                // exist and its rows are inside `out` (checked by the caller).
-                unsafe { output(&full, &acc, mr, out, lanes.as_deref_mut()) };
-            } else {
-                lin.output_tile(&acc, (r0, mr), (c0, cols), inp, residual, act, out);
-            }
+            // SAFETY: AVX512F and FMA are enabled here; the tile's 64 channels
+            // exist and its rows are inside `out` (checked by the caller).
+            unsafe { output(&st, &acc, mr, out, lanes.as_deref_mut()) };
+        } else {
+            lin.output_tile(&acc, (r0, mr), (c0, cols), inp, residual, act, out);
         }
-    }
+    });
 }
 
 /// `R` rows x 64 channels in `4 R` zmm accumulators: per 4 k, load the block's
