@@ -478,14 +478,16 @@ fn main() {
                         Some(AnnParams::default().ef_construction),
                     ),
                 };
-                let compact = bertflow_index::CompactAnn::build(Arc::clone(&index), params, &|i| {
-                    if i % 131_072 == 0 {
-                        eprintln!("{i} inserted, {:.0} s", started.elapsed().as_secs_f64());
-                    }
-                })
-                .unwrap();
+                let threads: usize = arg(&args, "--build-threads", Some(1));
+                let compact =
+                    bertflow_index::CompactAnn::build(Arc::clone(&index), params, threads, &|i| {
+                        if i % 131_072 == 0 {
+                            eprintln!("{i} inserted, {:.0} s", started.elapsed().as_secs_f64());
+                        }
+                    })
+                    .unwrap();
                 println!(
-                    "compact graph M={} ef_construction={} built on one thread in {:.1} s, links {} MiB; VmRSS {}",
+                    "compact graph M={} ef_construction={} built on {threads} thread(s) in {:.1} s, links {} MiB; VmRSS {}",
                     params.m,
                     params.ef_construction,
                     started.elapsed().as_secs_f64(),
