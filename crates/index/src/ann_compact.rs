@@ -191,6 +191,8 @@ impl<S: Slot> View<'_, S> {
 struct Shared<'a> {
     view: View<'a, AtomicU32>,
     between: &'a (dyn Fn(u32, u32) -> f32 + Sync),
+    /// Whether two rows have the same code (or vector).
+    same: &'a (dyn Fn(u32, u32) -> bool + Sync),
     params: AnnParams,
     /// One lock per point: held while its link rows are rewritten.
     locks: Vec<Mutex<()>>,
@@ -201,14 +203,21 @@ struct Shared<'a> {
 impl Shared<'_> {
     /// At most `m` of `candidates` (closest first, with their distances to
     /// the point being linked): each kept only if it is closer to that point
-    /// than to every one kept before it (the HNSW paper's heuristic).
+    /// than to every one kept before it (the HNSW paper's heuristic), and is
+    /// not a copy (the same code) of one kept. Without that last rule rows of
+    /// one code (zero vectors, repeated sentences: all as far from each other
+    /// as from themselves) linked only to each other once there were more
+    /// than `m` of them: a closed clique, where a search that entered it stayed.
     fn select(&self, candidates: &[(f32, u32)], m: usize) -> Vec<u32> {
         let mut kept: Vec<u32> = Vec::with_capacity(m);
         for &(d, c) in candidates {
             if kept.len() >= m {
                 break;
             }
-            if kept.iter().all(|&k| (self.between)(c, k) >= d) {
+            if kept.iter().all(|&k| {
+                let apart = (self.between)(c, k);
+                apart > d || (apart == d && !(self.same)(c, k))
+            }) {
                 kept.push(c);
             }
         }
@@ -454,6 +463,7 @@ impl CompactAnn {
         );
         let (index, space) = (&self.index, self.space);
         let between = move |a: u32, b: u32| space.eval(index, &[a], &[b]);
+        let same = move |a: u32, b: u32| space.same(index, a, b);
         let shared = Shared {
             view: View {
                 m,
@@ -463,6 +473,7 @@ impl CompactAnn {
                 upper: &upper,
             },
             between: &between,
+            same: &same,
             params: self.params,
             locks: (0..n).map(|_| Mutex::new(())).collect(),
             entry: Mutex::new((self.entry, self.top)),

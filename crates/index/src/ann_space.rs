@@ -144,6 +144,17 @@ impl Space {
         floats.into_iter().map(f32::to_bits).collect()
     }
 
+    /// Whether rows `a` and `b` have the same code (cosine: the same vector).
+    pub(crate) fn same(&self, index: &Index, a: u32, b: u32) -> bool {
+        let (a, b) = (a as usize, b as usize);
+        match *self {
+            Space::Cosine => index.vector(a) == index.vector(b),
+            Space::Hamming { width, .. } | Space::Int8 { width, .. } => {
+                index.code_of(a, width).ok() == index.code_of(b, width).ok()
+            }
+        }
+    }
+
     /// The distance between `a` and `b`, each a row (one element) or a query.
     pub(crate) fn eval(&self, index: &Index, a: &[u32], b: &[u32]) -> f32 {
         /// A distance no neighbour has (a row whose code cannot be read,

@@ -582,3 +582,33 @@ fn a_compact_graph_extended_is_the_graph_built_at_once() {
     let read = |p: &std::path::Path| std::fs::read(AnnFiles::of(p).links().unwrap()).unwrap();
     assert_eq!(read(&a), read(&b));
 }
+
+#[test]
+fn rows_of_one_code_do_not_trap_the_search() {
+    // 40 copies of one vector among 400 rows: before duplicates were kept
+    // out of a point's links, the copies (more than 2 M of them) linked only
+    // to each other, and a search that reached them found nothing else.
+    let dir = tempfile::tempdir().unwrap();
+    for (name, q) in [("b.idx", binary()), ("i.idx", int8())] {
+        let path = dir.path().join(name);
+        let mut v = clustered(400, D, 21);
+        let copy = v[..D].to_vec();
+        for i in (0..400).filter(|i| i % 10 == 3) {
+            v[i * D..(i + 1) * D].copy_from_slice(&copy);
+        }
+        write(&path, &q, &v);
+        let index = Arc::new(Index::open(&path, true).unwrap());
+        let small = AnnParams {
+            m: 8,
+            ef_construction: 32,
+        };
+        for threads in [1, 2] {
+            let g = CompactAnn::build(Arc::clone(&index), small, threads, &|_| {}).unwrap();
+            for i in (0..400).filter(|i| i % 10 != 3 && i % 7 == 0) {
+                let row = index.vector(i).unwrap().to_vec();
+                let hit = g.search_rescored(&row, 1, 32, 10).unwrap()[0];
+                assert_eq!(hit.0, i, "{name}, {threads} thread(s): row {i}");
+            }
+        }
+    }
+}
