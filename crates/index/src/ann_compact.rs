@@ -95,6 +95,9 @@ pub struct CompactAnn {
 
 /// The links seen through slots of type `S`, and their shape.
 struct View<'a, S> {
+    /// The codes the distance reads (their cache lines fetched ahead).
+    index: &'a Index,
+    space: Space,
     m: usize,
     levels: &'a [u8],
     upper_at: &'a [u32],
@@ -165,6 +168,9 @@ impl<S: Slot> View<'_, S> {
                 break;
             }
             self.read(layer, c, &mut links);
+            for &n in &links {
+                self.space.prefetch(self.index, n);
+            }
             for &n in &links {
                 if !visit(n) {
                     continue;
@@ -466,6 +472,8 @@ impl CompactAnn {
         let same = move |a: u32, b: u32| space.same(index, a, b);
         let shared = Shared {
             view: View {
+                index,
+                space,
                 m,
                 levels: &self.levels,
                 upper_at: &self.upper_at,
@@ -548,6 +556,8 @@ impl CompactAnn {
 
     fn view(&self) -> View<'_, u32> {
         View {
+            index: &self.index,
+            space: self.space,
             m: self.params.m,
             levels: &self.levels,
             upper_at: &self.upper_at,

@@ -144,6 +144,29 @@ impl Space {
         floats.into_iter().map(f32::to_bits).collect()
     }
 
+    /// Ask the processor for the code of `row` ahead of its distance (a hint:
+    /// it changes no result; nothing for cosine).
+    #[inline]
+    pub(crate) fn prefetch(&self, index: &Index, row: u32) {
+        #[cfg(target_arch = "x86_64")]
+        if let Space::Hamming { width, .. } | Space::Int8 { width, .. } = *self {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            if let Ok(code) = index.code_of(row as usize, width) {
+                let lines = code
+                    .chunks(64)
+                    .map(<[u8]>::as_ptr)
+                    .chain(code.last().map(|b| b as *const u8));
+                for p in lines {
+                    // SAFETY: a prefetch is a hint: it reads nothing into the
+                    // program and cannot fault, whatever the address.
+                    unsafe { _mm_prefetch(p.cast::<i8>(), _MM_HINT_T0) };
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (index, row);
+    }
+
     /// Whether rows `a` and `b` have the same code (cosine: the same vector).
     pub(crate) fn same(&self, index: &Index, a: u32, b: u32) -> bool {
         let (a, b) = (a as usize, b as usize);
