@@ -65,7 +65,8 @@ pub const DEFAULT_EF_SEARCH: usize = 128;
 /// graph search explores at least that many (`ef` is raised to it). At 1M x 384
 /// (binary:itq codes, M 16, efConstruction 100, ef 256; `benchmarks/index-ann.md`)
 /// recall@10 is 0.922 / 0.930 / 0.932 at 5 / 10 / 20 for about the same time:
-/// past 10 the graph, not the rescoring, limits it.
+/// past 10 the graph, not the rescoring, limits it. Over int8 codes 2 is enough
+/// (0.9555 at ef 128 for 2, 5 and 10; p50 0.56 ms at 2).
 pub const DEFAULT_ANN_RESCORE: usize = 10;
 
 impl Default for AnnParams {
