@@ -14,8 +14,9 @@
 //!                    [--no-ann]   (the scan only, even if a graph is stored)
 //!                    [--compact | --compact-only]   (then / only: the graph's links copied
 //!                    into fixed-degree arrays, hnsw_rs's structure dropped: CompactAnn)
-//!                    [--compact-build [--m 24 --ef-construction 200]]   (instead: a
-//!                    CompactAnn built here on one thread, timed, then searched)
+//!                    [--compact-build [--m 24 --ef-construction 200 --build-threads 1]]
+//!                    (instead: a CompactAnn built here, timed, then searched; a graph over
+//!                    codes stored by `ann` is a CompactAnn already)
 //!                    [--ann [--ann-rescore 10,20]]   (the stored graph only, no scan; over
 //!                    codes, each ef with each rescore depth; VmRSS after)
 //! index_bench kernels [--rows 1000000 --width 48 --queries 50]
@@ -469,7 +470,7 @@ fn main() {
                 );
             };
             let Some(ann) = ann else {
-                // --compact-build: a CompactAnn built here, on one thread.
+                // --compact-build: a CompactAnn built here, on --build-threads threads.
                 let params = AnnParams {
                     m: arg(&args, "--m", Some(AnnParams::default().m)),
                     ef_construction: arg(
@@ -478,14 +479,16 @@ fn main() {
                         Some(AnnParams::default().ef_construction),
                     ),
                 };
-                let compact = bertflow_index::CompactAnn::build(Arc::clone(&index), params, &|i| {
-                    if i % 131_072 == 0 {
-                        eprintln!("{i} inserted, {:.0} s", started.elapsed().as_secs_f64());
-                    }
-                })
-                .unwrap();
+                let threads: usize = arg(&args, "--build-threads", Some(1));
+                let compact =
+                    bertflow_index::CompactAnn::build(Arc::clone(&index), params, threads, &|i| {
+                        if i % 131_072 == 0 {
+                            eprintln!("{i} inserted, {:.0} s", started.elapsed().as_secs_f64());
+                        }
+                    })
+                    .unwrap();
                 println!(
-                    "compact graph M={} ef_construction={} built on one thread in {:.1} s, links {} MiB; VmRSS {}",
+                    "compact graph M={} ef_construction={} built on {threads} thread(s) in {:.1} s, links {} MiB; VmRSS {}",
                     params.m,
                     params.ef_construction,
                     started.elapsed().as_secs_f64(),

@@ -29,19 +29,21 @@
 //! `index add` only appends segments, so a graph that covers the first segments
 //! stays valid: [`Ann::extend`] inserts the new rows and dumps it again.
 
-use std::fs::File;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
 use serde::{Deserialize, Serialize};
 
+pub use crate::ann_files::AnnFiles;
+use crate::ann_files::{file_crc, io, read_meta, AnnMeta, Stored};
 use crate::ann_space::{check_params, AnnMetric, Space};
-use crate::{dot, Index, IndexError};
+use crate::{dot, CompactAnn, Index, IndexError};
 
-/// Version of the `.hnsw.json` schema written (2: with `dump`).
-pub const ANN_FORMAT_VERSION: u32 = 2;
+/// Newest version of the `.hnsw.json` schema (2: with `dump`; 3: a compact
+/// graph's links file). hnsw_rs graphs (cosine) are still written as version 2,
+/// which older builds read.
+pub const ANN_FORMAT_VERSION: u32 = 3;
 
 /// HNSW parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +65,8 @@ pub const DEFAULT_EF_SEARCH: usize = 128;
 /// graph search explores at least that many (`ef` is raised to it). At 1M x 384
 /// (binary:itq codes, M 16, efConstruction 100, ef 256; `benchmarks/index-ann.md`)
 /// recall@10 is 0.922 / 0.930 / 0.932 at 5 / 10 / 20 for about the same time:
-/// past 10 the graph, not the rescoring, limits it.
+/// past 10 the graph, not the rescoring, limits it. Over int8 codes 2 is enough
+/// (0.9555 at ef 128 for 2, 5 and 10; p50 0.56 ms at 2).
 pub const DEFAULT_ANN_RESCORE: usize = 10;
 
 impl Default for AnnParams {
@@ -73,135 +76,6 @@ impl Default for AnnParams {
             ef_construction: 200,
         }
     }
-}
-
-/// The files of a graph stored next to `index_path`.
-#[derive(Debug, Clone)]
-pub struct AnnFiles {
-    /// `<index>.hnsw.json`.
-    pub meta: PathBuf,
-    /// The index file.
-    index: PathBuf,
-}
-
-impl AnnFiles {
-    /// The files of the graph of the index at `index_path`.
-    pub fn of(index_path: &Path) -> Self {
-        let mut name = index_path.file_name().unwrap_or_default().to_os_string();
-        name.push(".hnsw.json");
-        Self {
-            meta: index_path.with_file_name(name),
-            index: index_path.to_path_buf(),
-        }
-    }
-
-    /// Whether a graph is stored (its metadata file exists).
-    pub fn exist(&self) -> bool {
-        self.meta.exists()
-    }
-
-    /// The directory holding the files.
-    fn dir(&self) -> &Path {
-        self.index
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-    }
-
-    /// The dump base name of generation `generation` (0: the version 1 names).
-    fn base(&self, generation: u64) -> String {
-        let name = self.index.file_name().unwrap_or_default().to_string_lossy();
-        if generation == 0 {
-            name.into_owned()
-        } else {
-            format!("{name}.g{generation}")
-        }
-    }
-
-    /// The graph and data files of generation `generation`.
-    fn dump(&self, generation: u64) -> (PathBuf, PathBuf) {
-        let base = self.base(generation);
-        let dir = self.dir();
-        (
-            dir.join(format!("{base}.hnsw.graph")),
-            dir.join(format!("{base}.hnsw.data")),
-        )
-    }
-
-    /// The graph and data files the stored metadata names (`None` without
-    /// readable metadata).
-    pub fn current(&self) -> Option<(PathBuf, PathBuf)> {
-        let json = std::fs::read(&self.meta).ok()?;
-        let meta: AnnMeta = serde_json::from_slice(&json).ok()?;
-        Some(self.dump(meta.generation))
-    }
-
-    /// Remove the stored graph: the metadata first (so no graph looks
-    /// complete), then the dump files of every generation.
-    pub fn remove(&self) -> Result<(), IndexError> {
-        if self.meta.exists() {
-            std::fs::remove_file(&self.meta).map_err(io(&self.meta))?;
-        }
-        self.remove_dumps_except(None)
-    }
-
-    /// Remove the dump files of every generation but `keep` (leftovers of
-    /// older graphs and of interrupted saves).
-    fn remove_dumps_except(&self, keep: Option<u64>) -> Result<(), IndexError> {
-        let name = self.base(0);
-        let entries = match std::fs::read_dir(self.dir()) {
-            Ok(entries) => entries,
-            Err(_) => return Ok(()),
-        };
-        for entry in entries.flatten() {
-            let file = entry.file_name().to_string_lossy().into_owned();
-            let Some(stem) = file
-                .strip_suffix(".hnsw.graph")
-                .or_else(|| file.strip_suffix(".hnsw.data"))
-            else {
-                continue;
-            };
-            let generation = if stem == name {
-                Some(0)
-            } else {
-                stem.strip_prefix(&name)
-                    .and_then(|s| s.strip_prefix(".g"))
-                    .and_then(|g| g.parse::<u64>().ok())
-            };
-            if generation.is_some() && generation != keep {
-                let path = entry.path();
-                std::fs::remove_file(&path).map_err(io(&path))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AnnMeta {
-    format_version: u32,
-    params: AnnParams,
-    /// Points in the graph: rows `0..count` of the index.
-    count: u64,
-    /// Segments of the index the graph covers, and their [`Index::prefix_id`].
-    segments: usize,
-    prefix_id: String,
-    graph_bytes: u64,
-    graph_crc32: u32,
-    data_bytes: u64,
-    data_crc32: u32,
-    /// Generation of the dump files (absent in version 1: generation 0).
-    #[serde(default)]
-    generation: u64,
-    /// What the distance compares (absent before codes: cosine of the rows;
-    /// not written for cosine, so that older builds still read those graphs).
-    #[serde(default, skip_serializing_if = "is_cosine")]
-    metric: AnnMetric,
-}
-
-fn is_cosine(metric: &AnnMetric) -> bool {
-    *metric == AnnMetric::Cosine
 }
 
 /// The graph's distance between rows of the index (a one-element slice: the
@@ -220,33 +94,18 @@ impl Distance<u32> for RowCosine {
     }
 }
 
-/// An HNSW graph over an [`Index`].
+/// An HNSW graph over an [`Index`]: hnsw_rs's over the f32 rows (cosine), a
+/// [`CompactAnn`] over the codes of a quantized index.
 pub struct Ann {
-    pub(crate) hnsw: Hnsw<'static, u32, RowCosine>,
+    graph: Graph,
     pub(crate) index: Arc<Index>,
     pub(crate) params: AnnParams,
     pub(crate) metric: AnnMetric,
 }
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
-    move |e| IndexError::Io(format!("{}: {e}", path.display()))
-}
-
-/// CRC-32 and length of a file, read in 1 MiB pieces.
-fn file_crc(path: &Path) -> Result<(u64, u32), IndexError> {
-    let mut file = File::open(path).map_err(io(path))?;
-    let mut crc = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut len = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(io(path))?;
-        if n == 0 {
-            break;
-        }
-        crc.update(&buf[..n]);
-        len += n as u64;
-    }
-    Ok((len, crc.finalize()))
+enum Graph {
+    Hnsw(Hnsw<'static, u32, RowCosine>),
+    Compact(CompactAnn),
 }
 
 /// A panic inside hnsw_rs (it asserts on malformed files) as an error.
@@ -255,32 +114,9 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, IndexError> {
         .map_err(|_| IndexError::Corrupt(format!("the HNSW library failed while {what}")))
 }
 
-/// The metadata of the graph stored next to `index_path`, checked against
-/// `index` (format version, and the segments it covers); `None` if none is stored.
-fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMeta>, IndexError> {
-    let files = AnnFiles::of(index_path);
-    if !files.exist() {
-        return Ok(None);
-    }
-    let json = std::fs::read(&files.meta).map_err(io(&files.meta))?;
-    let meta: AnnMeta = serde_json::from_slice(&json).map_err(|e| {
-        IndexError::Corrupt(format!("{}: bad HNSW metadata: {e}", files.meta.display()))
-    })?;
-    if !(1..=ANN_FORMAT_VERSION).contains(&meta.format_version) {
-        return Err(IndexError::Invalid(format!(
-            "{}: HNSW format version {} is not supported (this build reads 1 to {ANN_FORMAT_VERSION})",
-            files.meta.display(),
-            meta.format_version
-        )));
-    }
-    if index.prefix_id(meta.segments).as_deref() != Some(meta.prefix_id.as_str()) {
-        return Err(IndexError::Mismatch(format!(
-            "the HNSW graph {} was built for another index; rebuild it with `bertflow index ann --index {}`",
-            files.meta.display(),
-            index_path.display()
-        )));
-    }
-    Ok(Some(meta))
+/// Threads a compact graph is built with: every core.
+fn build_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// What a stored graph holds, read from its metadata without loading it.
@@ -307,9 +143,36 @@ impl Ann {
     }
 
     /// Build a graph over every row of `index`: over its codes if it has any
-    /// ([`AnnMetric::of`]), else over its f32 rows. `progress` is called with
-    /// the number of rows inserted so far. Uses every core (rayon).
+    /// ([`AnnMetric::of`]: a [`CompactAnn`]), else over its f32 rows (hnsw_rs).
+    /// `progress` is called with the number of rows inserted so far. Uses
+    /// every core.
     pub fn build(
+        index: Arc<Index>,
+        params: AnnParams,
+        progress: &dyn Fn(usize),
+    ) -> Result<Self, IndexError> {
+        if AnnMetric::of(&index).on_codes() {
+            let compact = CompactAnn::build(index, params, build_threads(), progress)?;
+            return Ok(Self::from_compact(compact));
+        }
+        Self::build_hnsw_rs(index, params, progress)
+    }
+
+    /// A compact graph as an [`Ann`].
+    pub fn from_compact(c: CompactAnn) -> Self {
+        Self {
+            index: Arc::clone(&c.index),
+            params: c.params,
+            metric: c.metric,
+            graph: Graph::Compact(c),
+        }
+    }
+
+    /// An hnsw_rs graph over `index`, over its codes if it has any: what
+    /// [`Ann::build`] made before compact graphs (version 2 metadata), kept
+    /// for the tests and benchmarks that compare the two.
+    #[doc(hidden)]
+    pub fn build_hnsw_rs(
         index: Arc<Index>,
         params: AnnParams,
         progress: &dyn Fn(usize),
@@ -328,7 +191,7 @@ impl Ann {
             },
         );
         let mut ann = Self {
-            hnsw,
+            graph: Graph::Hnsw(hnsw),
             index,
             params,
             metric,
@@ -339,22 +202,32 @@ impl Ann {
 
     /// Insert rows `from..` of the index.
     fn insert_rows(&mut self, from: usize, progress: &dyn Fn(usize)) -> Result<(), IndexError> {
+        let hnsw = match &mut self.graph {
+            Graph::Compact(c) => return c.insert_rows(build_threads(), progress),
+            Graph::Hnsw(h) => h,
+        };
         let n = self.index.len();
         u32::try_from(n).map_err(|_| {
             IndexError::Invalid(format!("{n} rows: the HNSW graph holds at most 2^32 - 1"))
         })?;
-        self.hnsw.set_searching_mode(false);
+        hnsw.set_searching_mode(false);
         let rows: Vec<[u32; 1]> = (from..n).map(|i| [i as u32]).collect();
         for chunk in rows.chunks(16_384) {
             let batch: Vec<(&[u32], usize)> =
                 chunk.iter().map(|r| (&r[..], r[0] as usize)).collect();
-            guarded("inserting points", || {
-                self.hnsw.parallel_insert_slice(&batch)
-            })?;
+            guarded("inserting points", || hnsw.parallel_insert_slice(&batch))?;
             progress(chunk.last().map_or(n, |r| r[0] as usize + 1));
         }
-        self.hnsw.set_searching_mode(true);
+        hnsw.set_searching_mode(true);
         Ok(())
+    }
+
+    /// The compact graph of these links (an hnsw_rs graph's copied into one).
+    pub(crate) fn into_compact(self) -> Result<CompactAnn, IndexError> {
+        match self.graph {
+            Graph::Compact(c) => Ok(c),
+            Graph::Hnsw(h) => CompactAnn::from_hnsw(&h, self.index, self.params, self.metric),
+        }
     }
 
     /// Parameters of the graph.
@@ -369,7 +242,10 @@ impl Ann {
 
     /// Points in the graph.
     pub fn len(&self) -> usize {
-        self.hnsw.get_nb_point()
+        match &self.graph {
+            Graph::Hnsw(h) => h.get_nb_point(),
+            Graph::Compact(c) => c.len(),
+        }
     }
 
     /// Whether the graph is empty.
@@ -377,8 +253,14 @@ impl Ann {
         self.len() == 0
     }
 
+    /// Whether it is a compact graph (every graph over codes but those stored
+    /// by hnsw_rs and not yet converted: [`Ann::build_hnsw_rs`]).
+    pub fn is_compact(&self) -> bool {
+        matches!(self.graph, Graph::Compact(_))
+    }
+
     /// Write the graph next to `index_path`, replacing a previous one
-    /// atomically: a new generation of dump files, fsynced, then the metadata
+    /// atomically: a new generation of files, fsynced, then the metadata
     /// (renamed into place), then the old generation is removed.
     pub fn save(&self, index_path: &Path) -> Result<(), IndexError> {
         let files = AnnFiles::of(index_path);
@@ -387,43 +269,35 @@ impl Ann {
             .flatten()
             .map_or(0, |m| m.generation);
         let generation = previous + 1;
-        // hnsw_rs never overwrites a dump: write into a fresh folder, then move.
-        let mut tmp_name = index_path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(".hnsw.partial");
-        let tmp = index_path.with_file_name(tmp_name);
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-        }
-        std::fs::create_dir(&tmp).map_err(io(&tmp))?;
-        let dumped =
-            guarded("writing the graph", || self.hnsw.file_dump(&tmp, "g"))?.map_err(|e| {
-                IndexError::Io(format!("{}: cannot write the graph: {e}", tmp.display()))
-            })?;
-        let (graph, data) = files.dump(generation);
-        for (ext, to) in [("graph", &graph), ("data", &data)] {
-            let from = tmp.join(format!("{dumped}.hnsw.{ext}"));
-            bertflow_durable::sync_file(&from)?;
-            std::fs::rename(&from, to).map_err(io(to))?;
-        }
-        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-        bertflow_durable::sync_dir(files.dir())?;
-        bertflow_durable::crash_point("ann:dumped");
-        let (graph_bytes, graph_crc32) = file_crc(&graph)?;
-        let (data_bytes, data_crc32) = file_crc(&data)?;
         let segments = self.index.segments();
-        let meta = AnnMeta {
-            format_version: ANN_FORMAT_VERSION,
+        let mut meta = AnnMeta {
+            format_version: 2,
             params: self.params,
             count: self.len() as u64,
             segments,
             prefix_id: self.index.prefix_id(segments).unwrap_or_default(),
-            graph_bytes,
-            graph_crc32,
-            data_bytes,
-            data_crc32,
+            graph_bytes: None,
+            graph_crc32: None,
+            data_bytes: None,
+            data_crc32: None,
             generation,
             metric: self.metric,
+            links_bytes: None,
+            links_crc32: None,
         };
+        match &self.graph {
+            Graph::Compact(c) => {
+                let (bytes, crc) = crate::ann_links::write(&files.links_of(generation), c)?;
+                bertflow_durable::crash_point("ann:dumped");
+                meta.format_version = ANN_FORMAT_VERSION;
+                (meta.links_bytes, meta.links_crc32) = (Some(bytes), Some(crc));
+            }
+            Graph::Hnsw(hnsw) => {
+                let [graph, data] = dump_hnsw(hnsw, &files, index_path, generation)?;
+                (meta.graph_bytes, meta.graph_crc32) = Some(graph).unzip();
+                (meta.data_bytes, meta.data_crc32) = Some(data).unzip();
+            }
+        }
         let json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| IndexError::Invalid(format!("cannot encode the HNSW metadata: {e}")))?;
         bertflow_durable::write(&files.meta, json)?;
@@ -432,13 +306,15 @@ impl Ann {
     }
 
     /// Load the graph stored next to `index_path` for `index` (the same file,
-    /// opened). `Ok(None)` when there is none. The two files' sizes and CRC-32s
-    /// are checked before hnsw_rs reads them (it panics on malformed input).
-    /// A graph that covers fewer rows than the index (the index was extended by
-    /// `index add` afterwards) is returned as it is; [`Ann::covers`] tells. A
-    /// graph over codes the index does not have (another kind) is a
-    /// [`IndexError::Mismatch`]; a cosine graph (of any version) reads the f32
-    /// rows, which every index has.
+    /// opened). `Ok(None)` when there is none. The files' sizes and CRC-32s
+    /// are checked before they are read, and their structure as they are (a
+    /// damaged file is an error, never a panic). A graph that covers fewer
+    /// rows than the index (the index was extended by `index add` afterwards)
+    /// is returned as it is; [`Ann::covers`] tells. A graph over codes the
+    /// index does not have (another kind) is a [`IndexError::Mismatch`]; a
+    /// cosine graph (of any version) reads the f32 rows, which every index
+    /// has. A graph over codes stored by hnsw_rs (version 2) is loaded and its
+    /// links copied into a compact graph (saved as such next time).
     pub fn load(index: Arc<Index>, index_path: &Path) -> Result<Option<Self>, IndexError> {
         let files = AnnFiles::of(index_path);
         let Some(meta) = read_meta(&index, index_path)? else {
@@ -452,26 +328,56 @@ impl Ann {
             )),
             e => e,
         })?;
-        let (graph, data) = files.dump(meta.generation);
-        for (path, bytes, crc) in [
-            (&graph, meta.graph_bytes, meta.graph_crc32),
-            (&data, meta.data_bytes, meta.data_crc32),
-        ] {
-            if file_crc(path)? != (bytes, crc) {
+        let points = usize::try_from(meta.count).unwrap_or(usize::MAX);
+        if points > index.len() {
+            return Err(IndexError::Corrupt(format!(
+                "{}: {points} points, the index has {} rows",
+                files.meta.display(),
+                index.len()
+            )));
+        }
+        let checked = |path: &Path, sum: (u64, u32)| {
+            if file_crc(path)? != sum {
                 return Err(IndexError::Corrupt(format!(
                     "{}: size or checksum mismatch",
                     path.display()
                 )));
             }
-        }
+            Ok(())
+        };
+        let (graph, data) = match meta.stored(&files.meta)? {
+            Stored::Links(sum) => {
+                let path = files.links_of(meta.generation);
+                checked(&path, sum)?;
+                let links = crate::ann_links::read(&path, points, meta.params.m)?;
+                let mut c = CompactAnn {
+                    index,
+                    space,
+                    metric: meta.metric,
+                    params: meta.params,
+                    levels: links.levels,
+                    upper_at: Vec::new(),
+                    layer0: links.layer0,
+                    upper: links.upper,
+                    entry: links.entry,
+                    top: links.top,
+                };
+                c.place_upper(points)?;
+                return Ok(Some(Self::from_compact(c)));
+            }
+            Stored::Dump { graph, data } => (graph, data),
+        };
+        let (graph_path, data_path) = files.dump(meta.generation);
+        checked(&graph_path, graph)?;
+        checked(&data_path, data)?;
         let expected = crate::ann_check::Expected {
             rows: index.len(),
-            points: usize::try_from(meta.count).unwrap_or(usize::MAX),
+            points,
             m: meta.params.m,
             ef_construction: meta.params.ef_construction,
         };
-        crate::ann_check::check_dump(&graph, &data, expected)
-            .map_err(|reason| IndexError::Corrupt(format!("{}: {reason}", graph.display())))?;
+        crate::ann_check::check_dump(&graph_path, &data_path, expected)
+            .map_err(|reason| IndexError::Corrupt(format!("{}: {reason}", graph_path.display())))?;
         let dir = files.dir();
         let basename = files.base(meta.generation);
         // The loaded graph borrows from its loader for its whole life: one small
@@ -484,18 +390,22 @@ impl Ann {
         let mut hnsw = guarded("reading the graph", || {
             loader.load_hnsw_with_dist::<u32, RowCosine>(dist)
         })?
-        .map_err(|e| IndexError::Corrupt(format!("{}: {e}", graph.display())))?;
+        .map_err(|e| IndexError::Corrupt(format!("{}: {e}", graph_path.display())))?;
         if hnsw.get_nb_point() as u64 != meta.count {
             return Err(IndexError::Corrupt(format!(
                 "{}: {} points, the metadata says {}",
-                graph.display(),
+                graph_path.display(),
                 hnsw.get_nb_point(),
                 meta.count
             )));
         }
         hnsw.set_searching_mode(true);
+        if meta.metric.on_codes() {
+            let c = CompactAnn::from_hnsw(&hnsw, index, meta.params, meta.metric)?;
+            return Ok(Some(Self::from_compact(c)));
+        }
         Ok(Some(Self {
-            hnsw,
+            graph: Graph::Hnsw(hnsw),
             index,
             params: meta.params,
             metric: meta.metric,
@@ -543,6 +453,10 @@ impl Ann {
         ef: usize,
         rescore: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
+        let hnsw = match &self.graph {
+            Graph::Compact(c) => return c.search_rescored(query, top_k, ef, rescore),
+            Graph::Hnsw(h) => h,
+        };
         let q = self.index.unit_query(query, Some(rescore))?;
         let k = top_k.min(self.len());
         if k == 0 {
@@ -550,14 +464,14 @@ impl Ann {
         }
         if self.metric.on_codes() {
             let want = k.saturating_mul(rescore).min(self.len());
-            let space = &self.hnsw.get_distance().space;
+            let space = &hnsw.get_distance().space;
             let point = space.query(&self.index, &q);
-            let found = guarded("searching", || self.hnsw.search(&point, want, ef.max(want)))?;
+            let found = guarded("searching", || hnsw.search(&point, want, ef.max(want)))?;
             let ids = found.iter().map(|n| n.get_origin_id()).collect();
             return self.index.rescore_exact(ids, &q, k);
         }
         let bits: Vec<u32> = q.iter().map(|x| x.to_bits()).collect();
-        let found = guarded("searching", || self.hnsw.search(&bits, k, ef.max(k)))?;
+        let found = guarded("searching", || hnsw.search(&bits, k, ef.max(k)))?;
         let mut ranked: Vec<(usize, f32)> = found
             .iter()
             .filter_map(|n| {
@@ -570,4 +484,34 @@ impl Ann {
         ranked.truncate(k);
         Ok(ranked)
     }
+}
+
+/// Dump `hnsw` as generation `generation` of `files` (hnsw_rs never
+/// overwrites a dump: written into a fresh folder, then moved), fsynced; the
+/// sizes and CRC-32s of its graph and data files.
+fn dump_hnsw(
+    hnsw: &Hnsw<'static, u32, RowCosine>,
+    files: &AnnFiles,
+    index_path: &Path,
+    generation: u64,
+) -> Result<[(u64, u32); 2], IndexError> {
+    let mut tmp_name = index_path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".hnsw.partial");
+    let tmp = index_path.with_file_name(tmp_name);
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+    let dumped = guarded("writing the graph", || hnsw.file_dump(&tmp, "g"))?
+        .map_err(|e| IndexError::Io(format!("{}: cannot write the graph: {e}", tmp.display())))?;
+    let (graph, data) = files.dump(generation);
+    for (ext, to) in [("graph", &graph), ("data", &data)] {
+        let from = tmp.join(format!("{dumped}.hnsw.{ext}"));
+        bertflow_durable::sync_file(&from)?;
+        std::fs::rename(&from, to).map_err(io(to))?;
+    }
+    std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    bertflow_durable::sync_dir(files.dir())?;
+    bertflow_durable::crash_point("ann:dumped");
+    Ok([file_crc(&graph)?, file_crc(&data)?])
 }

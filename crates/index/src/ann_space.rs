@@ -92,6 +92,8 @@ pub(crate) enum Space {
         width: usize,
         scale: f32,
         isa: CodeIsa,
+        /// Whether the CPU has AVX2 and FMA (the float-by-code product).
+        fma: bool,
     },
 }
 
@@ -123,6 +125,7 @@ impl Space {
                 width,
                 scale: q.scale.unwrap_or(1.0) as f32,
                 isa,
+                fma: has_fma(),
             },
             _ => Space::Hamming { width, isa },
         })
@@ -142,6 +145,40 @@ impl Space {
             _ => unit.to_vec(),
         };
         floats.into_iter().map(f32::to_bits).collect()
+    }
+
+    /// Ask the processor for the code of `row` ahead of its distance (a hint:
+    /// it changes no result; nothing for cosine).
+    #[inline]
+    pub(crate) fn prefetch(&self, index: &Index, row: u32) {
+        #[cfg(target_arch = "x86_64")]
+        if let Space::Hamming { width, .. } | Space::Int8 { width, .. } = *self {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            if let Ok(code) = index.code_of(row as usize, width) {
+                let lines = code
+                    .chunks(64)
+                    .map(<[u8]>::as_ptr)
+                    .chain(code.last().map(|b| b as *const u8));
+                for p in lines {
+                    // SAFETY: a prefetch is a hint: it reads nothing into the
+                    // program and cannot fault, whatever the address.
+                    unsafe { _mm_prefetch(p.cast::<i8>(), _MM_HINT_T0) };
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (index, row);
+    }
+
+    /// Whether rows `a` and `b` have the same code (cosine: the same vector).
+    pub(crate) fn same(&self, index: &Index, a: u32, b: u32) -> bool {
+        let (a, b) = (a as usize, b as usize);
+        match *self {
+            Space::Cosine => index.vector(a) == index.vector(b),
+            Space::Hamming { width, .. } | Space::Int8 { width, .. } => {
+                index.code_of(a, width).ok() == index.code_of(b, width).ok()
+            }
+        }
     }
 
     /// The distance between `a` and `b`, each a row (one element) or a query.
@@ -173,15 +210,21 @@ impl Space {
                     _ => FAR,
                 }
             }
-            Space::Int8 { width, scale, isa } => {
+            Space::Int8 {
+                width,
+                scale,
+                isa,
+                fma,
+            } => {
                 let code = |p: &[u32]| {
                     index
                         .code_of(p[0] as usize, width)
                         .ok()
                         .map(bytemuck::cast_slice::<u8, i8>)
                 };
-                let against_query =
-                    |q: &[u32], c: &[i8]| (1.0 - dot_f32_i8(bytemuck::cast_slice(q), c)).max(0.0);
+                let against_query = |q: &[u32], c: &[i8]| {
+                    (1.0 - dot_f32_i8_with(fma, bytemuck::cast_slice(q), c)).max(0.0)
+                };
                 match (a.len(), b.len()) {
                     (1, 1) => match (code(a), code(b)) {
                         (Some(x), Some(y)) => {
@@ -209,6 +252,65 @@ fn table_distance(query: &[u32], code: &[u8]) -> f32 {
     (f32::from_bits(best) - table_score(table, code)).max(0.0)
 }
 
+/// Whether [`dot_f32_i8_avx2`] runs here.
+fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `q . c` by [`dot_f32_i8_avx2`] where `fma` says the CPU runs it, else
+/// [`dot_f32_i8`] (the sums are added in another order: they may differ in
+/// the last bits).
+fn dot_f32_i8_with(fma: bool, q: &[f32], c: &[i8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if fma {
+        // SAFETY: `fma` is true only where the CPU has AVX2 and FMA.
+        return unsafe { dot_f32_i8_avx2(q, c) };
+    }
+    let _ = fma;
+    dot_f32_i8(q, c)
+}
+
+/// `q . c` (over the shorter length) with AVX2 and FMA: 32 codes per step,
+/// widened to i32 then f32, in four running sums of eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot_f32_i8_avx2(q: &[f32], c: &[i8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(c.len());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (j, a) in acc.iter_mut().enumerate() {
+            let at = i + 8 * j;
+            // SAFETY: at + 8 <= n: both reads lie within the slices.
+            let (codes, x) = unsafe {
+                (
+                    _mm_loadl_epi64(c.as_ptr().add(at).cast()),
+                    _mm256_loadu_ps(q.as_ptr().add(at)),
+                )
+            };
+            let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
+            *a = _mm256_fmadd_ps(x, f, *a);
+        }
+        i += 32;
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut lanes = [0f32; 8];
+    // SAFETY: eight floats written to an array of eight.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    let tail: f32 = q[i..n]
+        .iter()
+        .zip(&c[i..n])
+        .map(|(&x, &y)| x * f32::from(y))
+        .sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// `q . c`, floats against int8 codes, in eight running sums (vectorised).
 fn dot_f32_i8(q: &[f32], c: &[i8]) -> f32 {
     let mut acc = [0f32; 8];
@@ -226,4 +328,38 @@ fn dot_f32_i8(q: &[f32], c: &[i8]) -> f32 {
         .map(|(&x, &y)| x * f32::from(y))
         .sum();
     acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_float_by_code_products_agree() {
+        let mut rng = 0x1234_5678_u64;
+        let mut next = move || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) as u32
+        };
+        for n in [0usize, 1, 7, 8, 31, 32, 33, 64, 100, 384, 385] {
+            let q: Vec<f32> = (0..n)
+                .map(|_| next() as f32 / u32::MAX as f32 - 0.25)
+                .collect();
+            let c: Vec<i8> = (0..n).map(|_| next() as i8).collect();
+            let exact: f64 = q
+                .iter()
+                .zip(&c)
+                .map(|(&x, &y)| f64::from(x) * f64::from(y))
+                .sum();
+            for fma in [false, has_fma()] {
+                let got = f64::from(dot_f32_i8_with(fma, &q, &c));
+                assert!(
+                    (got - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                    "n {n} fma {fma}: {got} {exact}"
+                );
+            }
+        }
+    }
 }

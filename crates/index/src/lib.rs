@@ -17,6 +17,8 @@
 pub mod ann;
 mod ann_check;
 mod ann_compact;
+mod ann_files;
+mod ann_links;
 mod ann_space;
 mod fetch;
 pub mod format;

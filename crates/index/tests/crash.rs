@@ -239,10 +239,20 @@ fn child_ann_save() {
 
 #[test]
 fn a_crash_while_saving_the_graph_leaves_the_old_or_the_new_graph() {
-    for (point, want) in [("ann:dumped", 300), ("ann:published", 400), ("none", 400)] {
+    // An hnsw_rs graph (cosine, over the f32 rows) and a compact graph (over
+    // the codes of a quantized index: its links file).
+    let cases = [("ann:dumped", 300), ("ann:published", 400), ("none", 400)];
+    for (quantized, (point, want)) in [false, true]
+        .into_iter()
+        .flat_map(|q| cases.map(|c| (q, c)))
+    {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.idx");
-        build(&path, D, &[(300, 11)]);
+        if quantized {
+            build_quantized(&path, &[(300, 11)]);
+        } else {
+            build(&path, D, &[(300, 11)]);
+        }
         let index = Arc::new(Index::open(&path, true).unwrap());
         let params = AnnParams {
             m: 8,
@@ -262,7 +272,7 @@ fn a_crash_while_saving_the_graph_leaves_the_old_or_the_new_graph() {
         let ann = Ann::load(Arc::clone(&index), &path)
             .unwrap_or_else(|e| panic!("{point}: {e}"))
             .unwrap();
-        assert_eq!(ann.len(), want, "{point}");
+        assert_eq!((ann.len(), ann.is_compact()), (want, quantized), "{point}");
         let row = index.vector(want - 1).unwrap().to_vec();
         assert_eq!(ann.search(&row, 1, 32).unwrap()[0].0, want - 1, "{point}");
         // A later save cleans up whatever generation the crash left behind.
@@ -273,9 +283,10 @@ fn a_crash_while_saving_the_graph_leaves_the_old_or_the_new_graph() {
             .unwrap()
             .filter(|e| {
                 let name = e.as_ref().unwrap().file_name();
-                name.to_string_lossy().ends_with(".hnsw.graph")
+                let ext = if quantized { ".links" } else { ".hnsw.graph" };
+                name.to_string_lossy().ends_with(ext)
             })
             .count();
-        assert_eq!(dumps, 1, "{point}");
+        assert_eq!(dumps, 1, "{point} (quantized: {quantized})");
     }
 }

@@ -7,7 +7,7 @@
 //! | `calib`   | `Fitted::from_bytes` (a calibrator file), then transform       |
 //! | `matrix`  | `MatrixReader::open` on `.npy` / `.safetensors`, `read_sentences` on `.jsonl` |
 //! | `index`   | `Index::open` and every accessor, search, verify, repair       |
-//! | `ann`     | `Ann::load` with fuzzed `.hnsw.json`, `.hnsw.graph`, `.hnsw.data` |
+//! | `ann`     | `Ann::load` with fuzzed `.hnsw.json`, `.hnsw.graph`, `.hnsw.data`, `.links` |
 //! | `moments` | `MomentStats::from_bytes`, then fits from the statistics       |
 //! | `server`  | the server's router in-process: JSON bodies of every POST endpoint |
 //!
