@@ -10,9 +10,9 @@ use anyhow::{Context, Result};
 use bertflow_core::index::{Ann, AnnFiles, AnnMetric, AnnParams, Index, IndexWriter, SearchParams};
 use bertflow_core::indexing::{
     build_ann, build_index, build_index_from_vectors, check_vectors_file, embed_into_index,
-    open_rows, write_vectors, QuantizeWith, VectorsInput, DEFAULT_ANN_RESCORE, DEFAULT_CHUNK,
-    DEFAULT_EF_SEARCH, DEFAULT_RESCORE, DEFAULT_SHORTLIST, PARQUET_TEXT_COLUMN,
-    PARQUET_VECTOR_COLUMN,
+    open_rows, write_vectors, QuantizeWith, VectorsInput, DEFAULT_ANN_RESCORE,
+    DEFAULT_ANN_RESCORE_INT8, DEFAULT_CHUNK, DEFAULT_EF_SEARCH, DEFAULT_RESCORE, DEFAULT_SHORTLIST,
+    PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
 };
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::quantize::QuantSpec;
@@ -227,8 +227,8 @@ pub struct SearchArgs {
     /// codes, of the scan or, with --ann, of the graph).
     #[arg(long, value_name = "N", help = format!(
         "Quantized index: candidates rescored exactly per match asked (the best rescore x k \
-         codes, of the scan or, with --ann, of the graph) [default: {DEFAULT_RESCORE}, \
-         {DEFAULT_ANN_RESCORE} with --ann]"
+         codes, of the scan or, with --ann, of the graph) [default: {DEFAULT_RESCORE}; with \
+         --ann {DEFAULT_ANN_RESCORE} over bit codes, {DEFAULT_ANN_RESCORE_INT8} over int8]"
     ))]
     pub rescore: Option<usize>,
     /// Quantized index of bit codes: the scan keeps N times as many candidates as it
@@ -410,7 +410,11 @@ fn search(mut a: SearchArgs) -> Result<()> {
         shortlist: a.shortlist,
         threads: a.threads,
     };
-    let ann_rescore = a.rescore.unwrap_or(DEFAULT_ANN_RESCORE);
+    let ann_rescore = a.rescore.unwrap_or_else(|| {
+        graph
+            .as_ref()
+            .map_or(DEFAULT_ANN_RESCORE, Ann::default_rescore)
+    });
     for (text, q) in a.query.iter().zip(queries.rows()) {
         let q: Vec<f32> = q.iter().copied().collect();
         let hits = if a.exact {

@@ -302,9 +302,7 @@ fn embedding_backend(a: &ServeArgs, mut vectors: VectorArgs) -> Result<Served> {
                 rescore: a
                     .rescore
                     .unwrap_or(bertflow_core::indexing::DEFAULT_RESCORE),
-                ann_rescore: a
-                    .rescore
-                    .unwrap_or(bertflow_core::indexing::DEFAULT_ANN_RESCORE),
+                ann_rescore: a.rescore,
                 shortlist: a
                     .shortlist
                     .unwrap_or(bertflow_core::indexing::DEFAULT_SHORTLIST),

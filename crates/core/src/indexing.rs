@@ -181,9 +181,10 @@ pub use bertflow_index::DEFAULT_RESCORE;
 pub use bertflow_index::DEFAULT_SHORTLIST;
 
 /// The HNSW graph over a quantized index's codes (`--ann`): candidates
-/// rescored exactly per result asked (`--rescore`), and candidates explored
-/// per query (`--ef`, `--ef-search`), by default.
-pub use bertflow_index::{DEFAULT_ANN_RESCORE, DEFAULT_EF_SEARCH};
+/// rescored exactly per result asked (`--rescore`; over bit codes, over int8
+/// codes: `Ann::default_rescore`), and candidates explored per query (`--ef`,
+/// `--ef-search`), by default.
+pub use bertflow_index::{DEFAULT_ANN_RESCORE, DEFAULT_ANN_RESCORE_INT8, DEFAULT_EF_SEARCH};
 
 /// The quantizer a quantized index records, from calibrator's quantizer
 /// `q` (fitted elsewhere) or fitted now, and the unit-normalised `sample` of

@@ -60,14 +60,19 @@ pub struct AnnParams {
 /// at 1M.
 pub const DEFAULT_EF_SEARCH: usize = 128;
 
-/// A graph over codes: candidates rescored exactly per result asked (the
+/// A graph over bit codes: candidates rescored exactly per result asked (the
 /// graph's best `rescore x k` by code distance), unless said otherwise. The
 /// graph search explores at least that many (`ef` is raised to it). At 1M x 384
 /// (binary:itq codes, M 16, efConstruction 100, ef 256; `benchmarks/index-ann.md`)
 /// recall@10 is 0.922 / 0.930 / 0.932 at 5 / 10 / 20 for about the same time:
-/// past 10 the graph, not the rescoring, limits it. Over int8 codes 2 is enough
-/// (0.9555 at ef 128 for 2, 5 and 10; p50 0.56 ms at 2).
+/// past 10 the graph, not the rescoring, limits it.
 pub const DEFAULT_ANN_RESCORE: usize = 10;
+
+/// The same over int8 codes, which rank the true top 10 within the best 20: at
+/// 1M x 384 (M 16, efConstruction 100, ef 128) recall@10 is 0.9555 at 2, 5 and
+/// 10, p50 0.56 ms at 2 against 0.95 ms at 10 (the rescored rows are read from
+/// the file; `benchmarks/index-ann.md`, section 5).
+pub const DEFAULT_ANN_RESCORE_INT8: usize = 2;
 
 impl Default for AnnParams {
     fn default() -> Self {
@@ -238,6 +243,12 @@ impl Ann {
     /// What the graph's distance compares.
     pub fn metric(&self) -> AnnMetric {
         self.metric
+    }
+
+    /// Candidates rescored per result asked unless said otherwise
+    /// ([`AnnMetric::default_rescore`]).
+    pub fn default_rescore(&self) -> usize {
+        self.metric.default_rescore()
     }
 
     /// Points in the graph.
@@ -430,8 +441,8 @@ impl Ann {
 
     /// The `top_k` rows most similar to `query` found by the graph, exploring
     /// `ef` candidates (at least `top_k`), best first with exact cosine scores
-    /// (ties: lower index first); a graph over codes rescores
-    /// [`DEFAULT_ANN_RESCORE`] candidates per result ([`Ann::search_rescored`]).
+    /// (ties: lower index first); a graph over codes rescores its
+    /// [`Ann::default_rescore`] candidates per result ([`Ann::search_rescored`]).
     /// A query of the wrong dimension is an error.
     pub fn search(
         &self,
@@ -439,7 +450,7 @@ impl Ann {
         top_k: usize,
         ef: usize,
     ) -> Result<Vec<(usize, f32)>, IndexError> {
-        self.search_rescored(query, top_k, ef, DEFAULT_ANN_RESCORE)
+        self.search_rescored(query, top_k, ef, self.default_rescore())
     }
 
     /// [`Ann::search`], a graph over codes rescoring exactly the best

@@ -58,6 +58,16 @@ impl AnnMetric {
         }
     }
 
+    /// Candidates a graph of this metric rescores exactly per result asked,
+    /// unless said otherwise: [`crate::DEFAULT_ANN_RESCORE_INT8`] over int8
+    /// codes, [`crate::DEFAULT_ANN_RESCORE`] otherwise (a cosine graph ignores it).
+    pub fn default_rescore(self) -> usize {
+        match self {
+            AnnMetric::Int8 => crate::DEFAULT_ANN_RESCORE_INT8,
+            AnnMetric::Cosine | AnnMetric::Hamming => crate::DEFAULT_ANN_RESCORE,
+        }
+    }
+
     /// Whether its graph reads codes (and rescores its candidates).
     pub fn on_codes(self) -> bool {
         self != AnnMetric::Cosine

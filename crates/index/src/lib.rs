@@ -29,7 +29,10 @@ mod repair;
 mod search;
 mod writer;
 
-pub use ann::{Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_ANN_RESCORE, DEFAULT_EF_SEARCH};
+pub use ann::{
+    Ann, AnnFiles, AnnParams, StoredAnn, DEFAULT_ANN_RESCORE, DEFAULT_ANN_RESCORE_INT8,
+    DEFAULT_EF_SEARCH,
+};
 pub use ann_compact::CompactAnn;
 pub use ann_space::AnnMetric;
 pub use format::Identity;

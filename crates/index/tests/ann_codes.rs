@@ -98,6 +98,7 @@ fn a_graph_over_bit_codes_finds_the_neighbours_with_exact_scores() {
     let index = Arc::new(Index::open(&path, true).unwrap());
     let ann = Ann::build(Arc::clone(&index), PARAMS, &|_| {}).unwrap();
     assert_eq!((ann.len(), ann.metric()), (3000, AnnMetric::Hamming));
+    assert_eq!(ann.default_rescore(), bertflow_index::DEFAULT_ANN_RESCORE);
     let queries = clustered(60, D, 99);
     // 64 plain sign bits rank these clusters' rows coarsely: the best 100 rows
     // by code score (a scan re-ranking every code) hold 0.71 of the true top
@@ -220,6 +221,17 @@ fn a_graph_over_int8_codes_finds_the_neighbours() {
     let index = Arc::new(Index::open(&path, true).unwrap());
     let ann = Ann::build(Arc::clone(&index), PARAMS, &|_| {}).unwrap();
     assert_eq!(ann.metric(), AnnMetric::Int8);
+    // Int8 codes need few candidates rescored; `search` rescores that many.
+    assert_eq!(
+        ann.default_rescore(),
+        bertflow_index::DEFAULT_ANN_RESCORE_INT8
+    );
+    let q = &clustered(1, D, 97);
+    assert_eq!(
+        ann.search(q, 10, 64).unwrap(),
+        ann.search_rescored(q, 10, 64, bertflow_index::DEFAULT_ANN_RESCORE_INT8)
+            .unwrap()
+    );
     // Measured 1.0 in most builds: int8 codes rank almost as the floats do.
     // hnsw_rs inserts in parallel, so the graph differs from run to run: at
     // ef 64 / rescore 2 about one build in 25 fell below 0.95 (with other

@@ -275,8 +275,9 @@ pub struct IndexOptions {
     /// (the best `rescore x top_k` codes), unless a request says otherwise.
     pub rescore: usize,
     /// The same for the HNSW graph over a quantized index's codes (the
-    /// graph's best `ann_rescore x top_k`), unless a request says otherwise.
-    pub ann_rescore: usize,
+    /// graph's best `ann_rescore x top_k`), unless a request says otherwise;
+    /// `None`: the graph's default for its codes (`Ann::default_rescore`).
+    pub ann_rescore: Option<usize>,
     /// A quantized index of bit codes: candidates the scan keeps per
     /// candidate rescored (re-ranked by the query against the codes' signs),
     /// unless a request says otherwise.
@@ -290,7 +291,7 @@ impl Default for IndexOptions {
             ann: false,
             ef_search: bertflow_core::index::DEFAULT_EF_SEARCH,
             rescore: bertflow_core::index::DEFAULT_RESCORE,
-            ann_rescore: bertflow_core::index::DEFAULT_ANN_RESCORE,
+            ann_rescore: None,
             shortlist: bertflow_core::index::DEFAULT_SHORTLIST,
         }
     }
@@ -317,7 +318,7 @@ pub struct MappedIndex {
     ann: Option<Graph>,
     ef_search: usize,
     rescore: usize,
-    ann_rescore: usize,
+    ann_rescore: Option<usize>,
     shortlist: usize,
     /// Non-fatal differences (e.g. precision), for the operator.
     pub notes: Vec<String>,
@@ -335,7 +336,10 @@ impl MappedIndex {
             .check_matches(wanted)
             .map_err(|e| format!("refusing the index {}: {e}", path.display()))?;
         if index.quantizer().is_some() {
-            for rescore in [options.rescore, options.ann_rescore] {
+            for rescore in [Some(options.rescore), options.ann_rescore]
+                .into_iter()
+                .flatten()
+            {
                 check_params(&index, rescore, SearchParams::default().shortlist)
                     .map_err(|e| format!("--rescore: {e}"))?;
             }
@@ -499,7 +503,6 @@ impl SearchIndex for MappedIndex {
         depth: ScanDepth,
     ) -> Result<Vec<Hit>, String> {
         let rescore = depth.rescore.unwrap_or(self.rescore);
-        let ann_rescore = depth.rescore.unwrap_or(self.ann_rescore);
         let shortlist = depth.shortlist.unwrap_or(self.shortlist);
         let index = self.index();
         let graph = self
@@ -515,12 +518,14 @@ impl SearchIndex for MappedIndex {
             ..SearchParams::default()
         };
         let ranked = match graph.and_then(|g| g.get()) {
-            Some(Ok(ann)) => ann.search_rescored(
-                query,
-                top_k,
-                self.ef_search,
-                ann_rescore.min(index.len().div_ceil(k).max(1)),
-            ),
+            Some(Ok(ann)) => {
+                let ann_rescore = depth
+                    .rescore
+                    .or(self.ann_rescore)
+                    .unwrap_or_else(|| ann.default_rescore());
+                let ann_rescore = ann_rescore.min(index.len().div_ceil(k).max(1));
+                ann.search_rescored(query, top_k, self.ef_search, ann_rescore)
+            }
             _ => index.search_with(query, top_k, &params),
         }
         .map_err(|e| e.to_string())?;
@@ -577,7 +582,7 @@ impl SearchIndex for MappedIndex {
                         q.spec,
                         q.width(),
                         ann.metric().name(),
-                        self.ann_rescore
+                        self.ann_rescore.unwrap_or_else(|| ann.default_rescore())
                     ),
                     None => graph,
                 }
