@@ -18,6 +18,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::ann_insert::{from_atomic, to_atomic, Shared};
 use crate::ann_space::{AnnMetric, Space};
 use crate::{AnnParams, Index, IndexError};
 
@@ -47,7 +48,7 @@ impl Ord for Dist {
 }
 
 /// A link slot: a plain `u32` (searching) or an atomic one (building).
-trait Slot: Sync {
+pub(crate) trait Slot: Sync {
     fn get(&self) -> u32;
 }
 impl Slot for u32 {
@@ -94,20 +95,20 @@ pub struct CompactAnn {
 }
 
 /// The links seen through slots of type `S`, and their shape.
-struct View<'a, S> {
+pub(crate) struct View<'a, S> {
     /// The codes the distance reads (their cache lines fetched ahead).
-    index: &'a Index,
-    space: Space,
-    m: usize,
-    levels: &'a [u8],
-    upper_at: &'a [u32],
-    layer0: &'a [S],
-    upper: &'a [S],
+    pub(crate) index: &'a Index,
+    pub(crate) space: Space,
+    pub(crate) m: usize,
+    pub(crate) levels: &'a [u8],
+    pub(crate) upper_at: &'a [u32],
+    pub(crate) layer0: &'a [S],
+    pub(crate) upper: &'a [S],
 }
 
 impl<S: Slot> View<'_, S> {
     /// The slots of `row` in `layer` (none if it is not on that layer).
-    fn slots(&self, layer: usize, row: u32) -> &[S] {
+    pub(crate) fn slots(&self, layer: usize, row: u32) -> &[S] {
         let r = row as usize;
         if layer == 0 {
             &self.layer0[r * 2 * self.m..(r + 1) * 2 * self.m]
@@ -120,7 +121,7 @@ impl<S: Slot> View<'_, S> {
     }
 
     /// The links of `row` in `layer`, into `out`.
-    fn read(&self, layer: usize, row: u32, out: &mut Vec<u32>) {
+    pub(crate) fn read(&self, layer: usize, row: u32, out: &mut Vec<u32>) {
         out.clear();
         out.extend(
             self.slots(layer, row)
@@ -132,7 +133,12 @@ impl<S: Slot> View<'_, S> {
 
     /// From `at` (with its distance), the closest point of `layer` reached by
     /// moving to a closer link while there is one.
-    fn greedy(&self, dist: &dyn Fn(u32) -> f32, mut at: (f32, u32), layer: usize) -> (f32, u32) {
+    pub(crate) fn greedy(
+        &self,
+        dist: &dyn Fn(u32) -> f32,
+        mut at: (f32, u32),
+        layer: usize,
+    ) -> (f32, u32) {
         let mut links = Vec::new();
         loop {
             let mut moved = false;
@@ -151,7 +157,7 @@ impl<S: Slot> View<'_, S> {
 
     /// The `ef` closest points of `layer` found from `start`, closest first;
     /// `visit` says whether a point is seen for the first time (and marks it).
-    fn beam(
+    pub(crate) fn beam(
         &self,
         dist: &dyn Fn(u32) -> f32,
         start: (f32, u32),
@@ -191,121 +197,6 @@ impl<S: Slot> View<'_, S> {
             .map(|(d, n)| (d.0, n))
             .collect()
     }
-}
-
-/// What every inserting thread shares.
-struct Shared<'a> {
-    view: View<'a, AtomicU32>,
-    between: &'a (dyn Fn(u32, u32) -> f32 + Sync),
-    /// Whether two rows have the same code (or vector).
-    same: &'a (dyn Fn(u32, u32) -> bool + Sync),
-    params: AnnParams,
-    /// One lock per point: held while its link rows are rewritten.
-    locks: Vec<Mutex<()>>,
-    /// The entry point and the top layer.
-    entry: Mutex<(u32, usize)>,
-}
-
-impl Shared<'_> {
-    /// At most `m` of `candidates` (closest first, with their distances to
-    /// the point being linked): each kept only if it is closer to that point
-    /// than to every one kept before it (the HNSW paper's heuristic), and is
-    /// not a copy (the same code) of one kept. Without that last rule rows of
-    /// one code (zero vectors, repeated sentences: all as far from each other
-    /// as from themselves) linked only to each other once there were more
-    /// than `m` of them: a closed clique, where a search that entered it stayed.
-    fn select(&self, candidates: &[(f32, u32)], m: usize) -> Vec<u32> {
-        let mut kept: Vec<u32> = Vec::with_capacity(m);
-        for &(d, c) in candidates {
-            if kept.len() >= m {
-                break;
-            }
-            if kept.iter().all(|&k| {
-                let apart = (self.between)(c, k);
-                apart > d || (apart == d && !(self.same)(c, k))
-            }) {
-                kept.push(c);
-            }
-        }
-        kept
-    }
-
-    fn write(&self, layer: usize, row: u32, links: &[u32]) {
-        let slots = self.view.slots(layer, row);
-        for (k, s) in slots.iter().enumerate() {
-            s.store(links.get(k).copied().unwrap_or(NONE), Relaxed);
-        }
-    }
-
-    fn lock(&self, row: u32) -> std::sync::MutexGuard<'_, ()> {
-        self.locks[row as usize]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Link row `i` (not the first point) into the graph; `stamps` and
-    /// `stamp` mark the points each of its searches has seen.
-    fn insert(&self, i: u32, stamps: &mut [u32], stamp: &mut u32) {
-        let (m, m0) = (self.params.m, 2 * self.params.m);
-        let level = usize::from(self.view.levels[i as usize]);
-        let mut held = Some(self.entry.lock().unwrap_or_else(PoisonError::into_inner));
-        let (entry, top) = held.as_deref().copied().unwrap_or((0, 0));
-        if level <= top {
-            held = None;
-        }
-        let dist = |r: u32| (self.between)(i, r);
-        let mut at = (dist(entry), entry);
-        for l in (level + 1..=top).rev() {
-            at = self.view.greedy(&dist, at, l);
-        }
-        let mut links = Vec::new();
-        for l in (0..=level.min(top)).rev() {
-            *stamp = stamp.wrapping_add(1);
-            if *stamp == 0 {
-                stamps.fill(0);
-                *stamp = 1;
-            }
-            let s = *stamp;
-            let mut visit = |r: u32| std::mem::replace(&mut stamps[r as usize], s) != s;
-            let near = self
-                .view
-                .beam(&dist, at, self.params.ef_construction, l, &mut visit);
-            at = near[0];
-            let chosen = self.select(&near, m);
-            {
-                let _own = self.lock(i);
-                self.write(l, i, &chosen);
-            }
-            let cap = if l == 0 { m0 } else { m };
-            for &c in &chosen {
-                let _theirs = self.lock(c);
-                self.view.read(l, c, &mut links);
-                if links.len() < cap {
-                    links.push(i);
-                } else {
-                    let mut near: Vec<(f32, u32)> = links
-                        .iter()
-                        .chain([&i])
-                        .map(|&x| ((self.between)(c, x), x))
-                        .collect();
-                    near.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                    links = self.select(&near, cap);
-                }
-                self.write(l, c, &links);
-            }
-        }
-        if let Some(mut g) = held {
-            *g = (i, level);
-        }
-    }
-}
-
-fn to_atomic(v: Vec<u32>) -> Vec<AtomicU32> {
-    v.into_iter().map(AtomicU32::new).collect()
-}
-
-fn from_atomic(v: Vec<AtomicU32>) -> Vec<u32> {
-    v.into_iter().map(AtomicU32::into_inner).collect()
 }
 
 impl CompactAnn {

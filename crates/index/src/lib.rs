@@ -18,6 +18,7 @@ pub mod ann;
 mod ann_check;
 mod ann_compact;
 mod ann_files;
+mod ann_insert;
 mod ann_links;
 mod ann_space;
 mod fetch;

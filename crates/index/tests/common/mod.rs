@@ -2,6 +2,8 @@
 //! (some rows zero) and texts (some empty, some multi-byte), and a builder.
 #![allow(dead_code)]
 
+pub mod codes;
+
 use bertflow_index::{Identity, IndexWriter};
 
 pub fn identity(dimension: usize) -> Identity {
