@@ -160,6 +160,8 @@ mod error;
 mod index;
 mod inputs;
 mod logging;
+#[cfg(feature = "model")]
+mod mapped;
 mod metrics;
 #[cfg(feature = "model")]
 pub mod model;
