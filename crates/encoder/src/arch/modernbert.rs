@@ -331,6 +331,7 @@ impl Block for ModernBertBlock {
         let opts = AttnOpts {
             bias: None,
             window: self.window,
+            causal: false,
         };
         attention(qkv, pass.lens, shape, opts, ctx, scores).map_err(kernel_err)?;
         // h1 = x + Wo ctx

@@ -273,6 +273,7 @@ impl super::Block for PostNormBlock {
         let opts = AttnOpts {
             bias: pass.bias,
             window: None,
+            causal: false,
         };
         attention(qkv, pass.lens, pass.shape, opts, ctx, scores).map_err(kernel_err)?;
         self.attn_out
