@@ -14,8 +14,11 @@ use serde::Deserialize;
 
 pub mod bert;
 pub mod distilbert;
+pub mod eurobert;
+pub mod gemma3;
 pub mod modernbert;
 pub mod mpnet;
+pub mod qwen3;
 pub mod roberta;
 
 /// A family of checkpoints sharing one forward pass.
@@ -32,6 +35,15 @@ pub enum Architecture {
     /// `modernbert`: rotary positions, pre-norm GeGLU layers, local and global
     /// attention, final norm.
     ModernBert,
+    /// `qwen3`, `qwen2`: causal decoder layers (RMSNorm, rotary positions,
+    /// grouped-query attention, SwiGLU), final norm; `last-token` pooling.
+    Qwen3,
+    /// `gemma3_text`, `gemma3` with bidirectional attention (EmbeddingGemma):
+    /// sliding-window and global layers, four (1 + w) RMSNorms per layer,
+    /// scaled embeddings.
+    Gemma3,
+    /// `eurobert`: Llama-style layers with bidirectional attention.
+    EuroBert,
 }
 
 impl Architecture {
@@ -44,6 +56,11 @@ impl Architecture {
         ("distilbert", Architecture::DistilBert),
         ("mpnet", Architecture::MpNet),
         ("modernbert", Architecture::ModernBert),
+        ("qwen3", Architecture::Qwen3),
+        ("qwen2", Architecture::Qwen3),
+        ("gemma3_text", Architecture::Gemma3),
+        ("gemma3", Architecture::Gemma3),
+        ("eurobert", Architecture::EuroBert),
     ];
 
     /// The architecture of `model_type`; an error listing the supported ones.
@@ -76,6 +93,9 @@ impl Architecture {
             Architecture::DistilBert => distilbert::parse_config(model_type, raw),
             Architecture::MpNet => mpnet::parse_config(model_type, raw),
             Architecture::ModernBert => modernbert::parse_config(model_type, raw),
+            Architecture::Qwen3 => qwen3::parse_config(model_type, raw),
+            Architecture::Gemma3 => gemma3::parse_config(model_type, raw),
+            Architecture::EuroBert => eurobert::parse_config(model_type, raw),
         }
     }
 
@@ -87,6 +107,13 @@ impl Architecture {
             Architecture::DistilBert => &["", "distilbert.", "model."],
             Architecture::MpNet => &["", "mpnet.", "model."],
             Architecture::ModernBert => &["", "model."],
+            Architecture::Qwen3 | Architecture::EuroBert => &["", "model."],
+            Architecture::Gemma3 => &[
+                "",
+                "model.",
+                "model.language_model.",
+                "language_model.model.",
+            ],
         }
     }
 
@@ -94,6 +121,9 @@ impl Architecture {
     pub(crate) fn anchor(self) -> &'static str {
         match self {
             Architecture::ModernBert => "embeddings.tok_embeddings.weight",
+            Architecture::Qwen3 | Architecture::Gemma3 | Architecture::EuroBert => {
+                "embed_tokens.weight"
+            }
             _ => "embeddings.word_embeddings.weight",
         }
     }
@@ -105,7 +135,17 @@ impl Architecture {
             Architecture::DistilBert => distilbert::load(w, cfg),
             Architecture::MpNet => mpnet::load(w, cfg),
             Architecture::ModernBert => modernbert::load(w, cfg),
+            Architecture::Qwen3 => qwen3::load(w, cfg),
+            Architecture::Gemma3 => gemma3::load(w, cfg),
+            Architecture::EuroBert => eurobert::load(w, cfg),
         }
+    }
+
+    /// Whether the model attends causally (a decoder: each token sees only
+    /// those before it), so that only its last token has read the whole text:
+    /// its default pooling is `last-token`.
+    pub fn is_causal(self) -> bool {
+        matches!(self, Architecture::Qwen3)
     }
 }
 
