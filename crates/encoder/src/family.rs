@@ -18,6 +18,15 @@ pub enum Architecture {
     /// `modernbert`: rotary positions, pre-norm GeGLU layers, local and global
     /// attention, final norm.
     ModernBert,
+    /// `qwen3`, `qwen2`: causal decoder layers (RMSNorm, rotary positions,
+    /// grouped-query attention, SwiGLU), final norm; `last-token` pooling.
+    Qwen3,
+    /// `gemma3_text`, `gemma3` with bidirectional attention (EmbeddingGemma):
+    /// sliding-window and global layers, four (1 + w) RMSNorms per layer,
+    /// scaled embeddings.
+    Gemma3,
+    /// `eurobert`: Llama-style layers with bidirectional attention.
+    EuroBert,
 }
 
 impl Architecture {
@@ -30,6 +39,11 @@ impl Architecture {
         ("distilbert", Architecture::DistilBert),
         ("mpnet", Architecture::MpNet),
         ("modernbert", Architecture::ModernBert),
+        ("qwen3", Architecture::Qwen3),
+        ("qwen2", Architecture::Qwen3),
+        ("gemma3_text", Architecture::Gemma3),
+        ("gemma3", Architecture::Gemma3),
+        ("eurobert", Architecture::EuroBert),
     ];
 
     /// The architecture of `model_type`; an error listing the supported ones.
@@ -59,6 +73,13 @@ impl Architecture {
             Architecture::DistilBert => &["", "distilbert.", "model."],
             Architecture::MpNet => &["", "mpnet.", "model."],
             Architecture::ModernBert => &["", "model."],
+            Architecture::Qwen3 | Architecture::EuroBert => &["", "model."],
+            Architecture::Gemma3 => &[
+                "",
+                "model.",
+                "model.language_model.",
+                "language_model.model.",
+            ],
         }
     }
 
@@ -66,6 +87,9 @@ impl Architecture {
     pub(crate) fn anchor(self) -> &'static str {
         match self {
             Architecture::ModernBert => "embeddings.tok_embeddings.weight",
+            Architecture::Qwen3 | Architecture::Gemma3 | Architecture::EuroBert => {
+                "embed_tokens.weight"
+            }
             _ => "embeddings.word_embeddings.weight",
         }
     }

@@ -81,12 +81,13 @@ fn pool(enc: &Encoder, pooling: &Pooling) -> Result<Pool> {
         ));
     }
     let last = enc.num_layers();
-    let (cls, mean) = match enc.source(pooling)? {
-        PoolSource::Cls(n) if n == last => (true, false),
-        PoolSource::Mean(layers) if layers == [last] => (false, true),
+    let (cls, mean, last_token) = match enc.source(pooling)? {
+        PoolSource::Cls(n) if n == last => (true, false, false),
+        PoolSource::Mean(layers) if layers == [last] => (false, true, false),
+        PoolSource::LastToken(n) if n == last => (false, false, true),
         PoolSource::Cls(n) => return Ok(Pool::Bertflow(json!({ "cls": n }))),
         PoolSource::Mean(layers) => return Ok(Pool::Bertflow(json!({ "mean": layers }))),
-        PoolSource::Pooler(_) | PoolSource::St(_) => {
+        PoolSource::Pooler(_) | PoolSource::St(_) | PoolSource::LastToken(_) => {
             return Err(unsupported(format!("the pooling {pooling}")))
         }
     };
@@ -97,7 +98,7 @@ fn pool(enc: &Encoder, pooling: &Pooling) -> Result<Pool> {
         "pooling_mode_max_tokens": false,
         "pooling_mode_mean_sqrt_len_tokens": false,
         "pooling_mode_weightedmean_tokens": false,
-        "pooling_mode_lasttoken": false,
+        "pooling_mode_lasttoken": last_token,
         "include_prompt": true
     })))
 }

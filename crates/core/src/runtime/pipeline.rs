@@ -131,6 +131,9 @@ pub fn resolve_pooling(
                     enc.model_id()
                 ));
                 Ok(Pooling::St)
+            } else if enc.config().architecture.is_causal() {
+                // A decoder's last token is the only one that has read the text.
+                Ok(Pooling::LastToken)
             } else {
                 Ok(DEFAULT_POOLING)
             }

@@ -17,8 +17,11 @@ use serde::Deserialize;
 
 pub mod bert;
 pub mod distilbert;
+pub mod eurobert;
+pub mod gemma3;
 pub mod modernbert;
 pub mod mpnet;
+pub mod qwen3;
 pub mod roberta;
 
 impl Architecture {
@@ -33,6 +36,9 @@ impl Architecture {
             Architecture::DistilBert => distilbert::parse_config(model_type, raw),
             Architecture::MpNet => mpnet::parse_config(model_type, raw),
             Architecture::ModernBert => modernbert::parse_config(model_type, raw),
+            Architecture::Qwen3 => qwen3::parse_config(model_type, raw),
+            Architecture::Gemma3 => gemma3::parse_config(model_type, raw),
+            Architecture::EuroBert => eurobert::parse_config(model_type, raw),
         }
     }
 
@@ -43,7 +49,17 @@ impl Architecture {
             Architecture::DistilBert => distilbert::load(w, cfg),
             Architecture::MpNet => mpnet::load(w, cfg),
             Architecture::ModernBert => modernbert::load(w, cfg),
+            Architecture::Qwen3 => qwen3::load(w, cfg),
+            Architecture::Gemma3 => gemma3::load(w, cfg),
+            Architecture::EuroBert => eurobert::load(w, cfg),
         }
+    }
+
+    /// Whether the model attends causally (a decoder: each token sees only
+    /// those before it), so that only its last token has read the whole text:
+    /// its default pooling is `last-token`.
+    pub fn is_causal(self) -> bool {
+        matches!(self, Architecture::Qwen3)
     }
 }
 
