@@ -1,7 +1,7 @@
 //! Glue between the encoder and the calibrators: fitting with a progress bar,
 //! loading a calibrator file and checking it against the model and pooling.
 use crate::error::{Context, Result};
-use crate::progress::Progress;
+use crate::runtime::progress::Progress;
 use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted};
 use bertflow_encoder::{Encoder, Pooling, TokenWeights};
 use ndarray::{Array2, ArrayView2};
@@ -144,7 +144,7 @@ impl LoadedCalibrator {
             &self.meta,
             &model,
             &pooling.to_string(),
-            crate::st_pipeline::dim(enc, pooling)?,
+            crate::runtime::st_pipeline::dim(enc, pooling)?,
             self.allow_mismatch,
         )
         .with_context(|| {
@@ -168,7 +168,7 @@ impl LoadedCalibrator {
         self.meta
             .weighting
             .as_ref()
-            .map(crate::weighting::Weighting::from_record)
+            .map(crate::runtime::weighting::Weighting::from_record)
             .transpose()
             .with_context(|| format!("calibrator {}", self.path.display()))
     }
@@ -178,9 +178,12 @@ impl LoadedCalibrator {
     /// another weighting than the file records.
     pub fn weights_for(
         &self,
-        requested: &crate::weighting::Weighting,
+        requested: &crate::runtime::weighting::Weighting,
     ) -> Result<Option<TokenWeights>> {
-        requested.adopt(self.weights()?, crate::weighting::Adopt::Unless(&self.path))
+        requested.adopt(
+            self.weights()?,
+            crate::runtime::weighting::Adopt::Unless(&self.path),
+        )
     }
 
     pub fn apply(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {

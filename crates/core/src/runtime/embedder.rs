@@ -2,7 +2,7 @@
 //! (sentence set, pooling) pair is one cache entry; whatever is missing is
 //! encoded in a single pass over the model for all poolings at once.
 use crate::error::{Context, Result};
-use crate::progress::{silent, SharedProgress};
+use crate::runtime::progress::{silent, SharedProgress};
 use bertflow_encoder::{
     CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
     TokenWeights, TuneOptions,
@@ -11,8 +11,8 @@ use ndarray::Array2;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// The default model directory (see [`crate::defaults::model`] for where it is found).
-pub const DEFAULT_MODEL: &str = crate::defaults::MODEL_DIR;
+/// The default model directory (see [`crate::runtime::defaults::model`] for where it is found).
+pub const DEFAULT_MODEL: &str = crate::runtime::defaults::MODEL_DIR;
 
 /// How to load and run the encoder: what every front end asks for. With
 /// core's `clap` feature it is also the command line's model options (the
@@ -30,7 +30,7 @@ pub struct EmbedderConfig {
     /// working directory or in the checkout bertflow was built in.
     #[cfg_attr(
         feature = "clap",
-        arg(long, short = 'm', default_value_t = crate::defaults::model())
+        arg(long, short = 'm', default_value_t = crate::runtime::defaults::model())
     )]
     pub model: String,
     /// Truncate sentences at this many tokens, [CLS] and [SEP] (<s> and </s>)
@@ -41,7 +41,7 @@ pub struct EmbedderConfig {
     /// Sentences per forward pass (sentences are sorted by length first).
     #[cfg_attr(
         feature = "clap",
-        arg(long, default_value_t = crate::defaults::BATCH_SIZE, value_name = "N")
+        arg(long, default_value_t = crate::runtime::defaults::BATCH_SIZE, value_name = "N")
     )]
     pub batch_size: usize,
     /// Worker threads; each runs whole batches on one core [default:
@@ -65,22 +65,22 @@ pub struct EmbedderConfig {
     /// measuring, the rule by CPU family. Default: $BERTFLOW_PRECISION, else fp32.
     #[cfg_attr(
         feature = "clap",
-        arg(long, default_value_t = crate::defaults::precision().unwrap_or_default(), value_parser = crate::parse::parse_precision)
+        arg(long, default_value_t = crate::runtime::defaults::precision().unwrap_or_default(), value_parser = crate::runtime::parse::parse_precision)
     )]
-    #[serde(with = "crate::parse::as_str")]
+    #[serde(with = "crate::runtime::parse::as_str")]
     pub precision: Precision,
 }
 
 impl Default for EmbedderConfig {
     fn default() -> Self {
         Self {
-            model: crate::defaults::model(),
+            model: crate::runtime::defaults::model(),
             max_len: None,
-            batch_size: crate::defaults::BATCH_SIZE,
+            batch_size: crate::runtime::defaults::BATCH_SIZE,
             threads: None,
             cache_dir: None,
             no_cache: false,
-            precision: crate::defaults::precision().unwrap_or_default(),
+            precision: crate::runtime::defaults::precision().unwrap_or_default(),
         }
     }
 }
@@ -93,7 +93,7 @@ impl EmbedderConfig {
     pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
         // A bad $BERTFLOW_PRECISION is an error even where a front end gave
         // the precision (the defaults above fall back to fp32 silently).
-        crate::defaults::precision()?;
+        crate::runtime::defaults::precision()?;
         let cache_dir = self
             .cache_dir
             .clone()
@@ -112,7 +112,7 @@ impl EmbedderConfig {
         }
         let mut opts = EncodeOptions::default();
         set_batch_size(&mut opts, self.batch_size)?;
-        if let Some(t) = crate::defaults::threads(self.threads)? {
+        if let Some(t) = crate::runtime::defaults::threads(self.threads)? {
             opts.threads = t;
         }
         let cache = (!self.no_cache).then(|| EmbeddingCache::new(cache_dir));
@@ -185,7 +185,7 @@ impl Embedder {
             .unwrap_or_default();
         let sources: Vec<PoolSource> = poolings
             .iter()
-            .map(|p| crate::st_pipeline::source(enc, p))
+            .map(|p| crate::runtime::st_pipeline::source(enc, p))
             .collect::<Result<_, _>>()?;
         let mut result: Vec<Vec<Option<Array2<f32>>>> =
             vec![vec![None; poolings.len()]; sets.len()];

@@ -24,14 +24,14 @@ use bertflow_calib::Calibrator;
 use bertflow_encoder::{Encoder, PoolSource, Pooling};
 use serde_json::json;
 
-use crate::calibration::LoadedCalibrator;
 use crate::error::{Context, CoreError, Result};
+use crate::runtime::calibration::LoadedCalibrator;
 
 /// What to export.
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
     /// The pooling (unset: the calibrator's, else as
-    /// [`crate::pipeline::resolve_pooling`] decides).
+    /// [`crate::runtime::pipeline::resolve_pooling`] decides).
     pub pooling: Option<Pooling>,
     /// An affine calibrator applied after pooling.
     pub calibrator: Option<PathBuf>,
@@ -193,7 +193,7 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
         .as_deref()
         .map(|p| LoadedCalibrator::open(p, cfg.allow_mismatch))
         .transpose()?;
-    let chosen = crate::pipeline::resolve_pooling(
+    let chosen = crate::runtime::pipeline::resolve_pooling(
         enc,
         cfg.pooling.as_ref(),
         calibrator.as_ref(),

@@ -5,12 +5,12 @@
 //! or `sample` rows drawn with its seed). And applying a calibrator file to such a
 //! matrix chunk by chunk.
 use crate::bail;
-use crate::calibration::{self, model_identity, LoadedCalibrator};
-use crate::embedder::Embedder;
 use crate::error::{Context, CoreError, Result};
-use crate::matrix_file::{MatrixReader, NpyWriter};
-use crate::progress::Progress;
-use crate::weighting::Weighting;
+use crate::runtime::calibration::{self, model_identity, LoadedCalibrator};
+use crate::runtime::embedder::Embedder;
+use crate::runtime::matrix_file::{MatrixReader, NpyWriter};
+use crate::runtime::progress::Progress;
+use crate::runtime::weighting::Weighting;
 use bertflow_calib::{
     fit_from_moments, CalibSpec, Calibrator, CalibratorMeta, Fitted, MomentStats,
 };
@@ -163,7 +163,7 @@ pub(crate) fn fit_sentences_keep(
     let w = weights.as_ref();
     let progress = &*embedder.progress;
     let label = spec.to_string();
-    let dim = crate::st_pipeline::dim(&embedder.encoder, pooling)?;
+    let dim = crate::runtime::st_pipeline::dim(&embedder.encoder, pooling)?;
     let warnings: Vec<String>;
     let (fitted, used) = match spec {
         spec if needs_rows(spec) => {

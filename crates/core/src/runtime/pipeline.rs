@@ -2,17 +2,17 @@
 //! weighting, the precision of the forward pass and an optional calibrator,
 //! opened from one [`PipelineConfig`] and checked together once.
 //!
-//! The rule for token weights is [`ResolvedWeighting`]'s (`crate::weighting`,
+//! The rule for token weights is [`ResolvedWeighting`]'s (`crate::runtime::weighting`,
 //! the one owner of weighting): a calibrator brings the weights it was fitted
 //! with (asking for another weighting is an error); without one, the
 //! weighting asked for is used, its word-piece frequencies read from its
 //! frequency file or counted on a corpus ([`Pipeline::count_weights`]: the
 //! input of `encode`, the fit corpus).
-use crate::calibration::{model_identity, LoadedCalibrator};
-use crate::embedder::{Embedder, EmbedderConfig};
 use crate::error::Result;
-use crate::progress::SharedProgress;
-use crate::weighting::{ResolvedWeighting, Weighting};
+use crate::runtime::calibration::{model_identity, LoadedCalibrator};
+use crate::runtime::embedder::{Embedder, EmbedderConfig};
+use crate::runtime::progress::SharedProgress;
+use crate::runtime::weighting::{ResolvedWeighting, Weighting};
 use bertflow_calib::{Calibrator, WeightingMeta};
 use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
 use ndarray::Array2;
@@ -37,9 +37,9 @@ pub struct PipelineConfig {
     /// mode: an exported directory); else last-avg].
     #[cfg_attr(
         feature = "clap",
-        arg(long, short = 'p', value_parser = crate::parse::parse_pooling)
+        arg(long, short = 'p', value_parser = crate::runtime::parse::parse_pooling)
     )]
-    #[serde(with = "crate::parse::opt_str")]
+    #[serde(with = "crate::runtime::parse::opt_str")]
     pub pooling: Option<Pooling>,
     /// Calibrator file (from `bertflow fit`) applied to every vector.
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
@@ -73,7 +73,7 @@ impl PipelineConfig {
         calibrator: Option<LoadedCalibrator>,
         progress: SharedProgress,
     ) -> Result<Pipeline> {
-        crate::rerank::refuse_reranker(&self.model.model)?;
+        crate::runtime::rerank::refuse_reranker(&self.model.model)?;
         let embedder = self.model.load(progress)?;
         let pooling = resolve_pooling(
             &embedder.encoder,
@@ -87,7 +87,7 @@ impl PipelineConfig {
 }
 
 /// The pooling used when none is asked for and nothing else decides.
-pub use crate::defaults::POOLING as DEFAULT_POOLING;
+pub use crate::runtime::defaults::POOLING as DEFAULT_POOLING;
 
 /// The pooling a pipeline runs (files carry their settings):
 /// - the one asked for, which must be the calibrator file's (unless
@@ -238,7 +238,7 @@ impl Pipeline {
             }
             None => ResolvedWeighting::asked(weighting, &embedder.encoder, &pooling)?,
         };
-        let source = crate::st_pipeline::source(&embedder.encoder, &pooling)?;
+        let source = crate::runtime::st_pipeline::source(&embedder.encoder, &pooling)?;
         Ok(Self {
             embedder,
             pooling,

@@ -4,7 +4,7 @@
 //! (a text column and an `array<float>` embedding column; a folder of part
 //! files is read in name order).
 use crate::error::{CoreError, Result};
-use crate::matrix_file::MatrixReader;
+use crate::runtime::matrix_file::MatrixReader;
 use ndarray::{Array2, ArrayView2};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::reader::RowIter;
