@@ -26,7 +26,7 @@ pub struct TextTokenizer {
     /// post-processor closes sentences with one.
     sep_id: Option<u32>,
     /// The tokenizer's special tokens (`added_tokens` with `special: true`, and
-    /// the bracketed names of [`crate::weighting::is_special`]), the unknown
+    /// the bracketed names of [`is_special`]), the unknown
     /// token excepted: it stands for a real word.
     special: std::collections::HashSet<u32>,
 }
@@ -99,7 +99,7 @@ impl TextTokenizer {
             .filter(|(_, t)| t.special && !unknown(&t.content))
             .map(|(id, _)| id)
             .collect();
-        for name in crate::weighting::SPECIAL_NAMES {
+        for name in SPECIAL_NAMES {
             special.extend(inner.token_to_id(name));
         }
         Ok(Self {
@@ -212,4 +212,17 @@ impl TextTokenizer {
         }
         true
     }
+}
+
+/// Token names always taken as special, whatever the tokenizer declares.
+pub const SPECIAL_NAMES: [&str; 8] = [
+    "[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>",
+];
+
+/// Whether a token string is a special token by name (`[CLS]`, `[SEP]`,
+/// `[PAD]`, `[MASK]`, `<s>`, `</s>`, `<pad>`, `<mask>`). `[UNK]` stands for a
+/// real word and is not. The weights use the tokenizer's own list
+/// ([`TextTokenizer::is_special_id`]), which includes these.
+pub fn is_special(token: &str) -> bool {
+    SPECIAL_NAMES.contains(&token)
 }

@@ -7,8 +7,11 @@
 //! Adding an architecture: a module here with `parse_config` and `load`, a row in
 //! [`Architecture::SUPPORTED`], and its golden test.
 use crate::config::{HiddenAct, ModelConfig};
+use crate::engine::Model;
 use crate::engine::{Block, LayerNorm, Linear, ModelParts, PostNormBlock};
 use crate::error::Result;
+pub use crate::family::Architecture;
+use crate::precision::Precision;
 use crate::weights::Weights;
 use serde::Deserialize;
 
@@ -21,67 +24,7 @@ pub mod mpnet;
 pub mod qwen3;
 pub mod roberta;
 
-/// A family of checkpoints sharing one forward pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Architecture {
-    /// `bert`: learned absolute positions from 0, token types.
-    Bert,
-    /// `roberta`, `xlm-roberta`, `camembert`: positions from `padding_idx + 1`.
-    Roberta,
-    /// `distilbert`: its own names, no token types.
-    DistilBert,
-    /// `mpnet`: positions from `padding_idx + 1`, relative position bias.
-    MpNet,
-    /// `modernbert`: rotary positions, pre-norm GeGLU layers, local and global
-    /// attention, final norm.
-    ModernBert,
-    /// `qwen3`, `qwen2`: causal decoder layers (RMSNorm, rotary positions,
-    /// grouped-query attention, SwiGLU), final norm; `last-token` pooling.
-    Qwen3,
-    /// `gemma3_text`, `gemma3` with bidirectional attention (EmbeddingGemma):
-    /// sliding-window and global layers, four (1 + w) RMSNorms per layer,
-    /// scaled embeddings.
-    Gemma3,
-    /// `eurobert`: Llama-style layers with bidirectional attention.
-    EuroBert,
-}
-
 impl Architecture {
-    /// Every accepted `model_type` and its architecture.
-    pub const SUPPORTED: &'static [(&'static str, Architecture)] = &[
-        ("bert", Architecture::Bert),
-        ("roberta", Architecture::Roberta),
-        ("xlm-roberta", Architecture::Roberta),
-        ("camembert", Architecture::Roberta),
-        ("distilbert", Architecture::DistilBert),
-        ("mpnet", Architecture::MpNet),
-        ("modernbert", Architecture::ModernBert),
-        ("qwen3", Architecture::Qwen3),
-        ("qwen2", Architecture::Qwen3),
-        ("gemma3_text", Architecture::Gemma3),
-        ("gemma3", Architecture::Gemma3),
-        ("eurobert", Architecture::EuroBert),
-    ];
-
-    /// The architecture of `model_type`; an error listing the supported ones.
-    pub fn from_model_type(model_type: &str) -> Result<Self, String> {
-        Self::SUPPORTED
-            .iter()
-            .find(|(name, _)| *name == model_type)
-            .map(|&(_, a)| a)
-            .ok_or_else(|| {
-                format!(
-                    "model_type '{model_type}' is not supported; supported: {}",
-                    Self::supported_names().join(", ")
-                )
-            })
-    }
-
-    /// The accepted `model_type`s, in [`Architecture::SUPPORTED`] order.
-    pub fn supported_names() -> Vec<&'static str> {
-        Self::SUPPORTED.iter().map(|(n, _)| *n).collect()
-    }
-
     pub(crate) fn parse_config(
         self,
         model_type: String,
@@ -99,35 +42,6 @@ impl Architecture {
         }
     }
 
-    /// Base-model prefixes the checkpoint's names may carry (tried in order).
-    pub(crate) fn prefixes(self) -> &'static [&'static str] {
-        match self {
-            Architecture::Bert => &["", "bert.", "model."],
-            Architecture::Roberta => &["", "roberta.", "model."],
-            Architecture::DistilBert => &["", "distilbert.", "model."],
-            Architecture::MpNet => &["", "mpnet.", "model."],
-            Architecture::ModernBert => &["", "model."],
-            Architecture::Qwen3 | Architecture::EuroBert => &["", "model."],
-            Architecture::Gemma3 => &[
-                "",
-                "model.",
-                "model.language_model.",
-                "language_model.model.",
-            ],
-        }
-    }
-
-    /// The tensor whose presence tells the prefix.
-    pub(crate) fn anchor(self) -> &'static str {
-        match self {
-            Architecture::ModernBert => "embeddings.tok_embeddings.weight",
-            Architecture::Qwen3 | Architecture::Gemma3 | Architecture::EuroBert => {
-                "embed_tokens.weight"
-            }
-            _ => "embeddings.word_embeddings.weight",
-        }
-    }
-
     pub(crate) fn load(self, w: &Weights, cfg: &ModelConfig) -> Result<ModelParts> {
         match self {
             Architecture::Bert => bert::load(w, cfg),
@@ -140,12 +54,33 @@ impl Architecture {
             Architecture::EuroBert => eurobert::load(w, cfg),
         }
     }
+}
 
-    /// Whether the model attends causally (a decoder: each token sees only
-    /// those before it), so that only its last token has read the whole text:
-    /// its default pooling is `last-token`.
-    pub fn is_causal(self) -> bool {
-        matches!(self, Architecture::Qwen3)
+impl ModelConfig {
+    /// Read `config.json` text: the architecture is chosen by `model_type`; an
+    /// unknown one is an error that lists the supported ones.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let raw: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let model_type = match raw.get("model_type") {
+            None | Some(serde_json::Value::Null) => "bert".to_string(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => return Err(format!("model_type {v} is not a string")),
+        };
+        let arch = Architecture::from_model_type(&model_type)?;
+        let cfg = arch.parse_config(model_type, raw)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl Model {
+    /// Build the architecture `config` names from `w`; with [`Precision::Int8`]
+    /// the blocks' linear products run in int8. The kernels are the process's
+    /// (`Path::selected`, `Isa::selected`: `BERTFLOW_FP32_KERNEL` /
+    /// `BERTFLOW_INT8_KERNEL`, else the choice of [`crate::tuning`], else the rule).
+    pub fn load(w: &Weights, config: ModelConfig, precision: Precision) -> Result<Self> {
+        let parts = config.architecture.load(w, &config)?;
+        Model::from_parts(config, parts, precision)
     }
 }
 

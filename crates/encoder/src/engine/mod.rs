@@ -243,13 +243,15 @@ pub struct Model {
 }
 
 impl Model {
-    /// Build the architecture `config` names from `w`; with [`Precision::Int8`]
-    /// the blocks' linear products run in int8. The kernels are the process's
-    /// ([`Path::selected`], [`Isa::selected`]: `BERTFLOW_FP32_KERNEL` /
-    /// `BERTFLOW_INT8_KERNEL`, else the choice of [`crate::tuning`], else the rule).
-    pub fn load(w: &Weights, config: ModelConfig, precision: Precision) -> Result<Self> {
+    /// The model of `parts` (built by the architecture's module:
+    /// `Model::load` in [`crate::arch`]); with [`Precision::Int8`] the blocks'
+    /// linear products run in int8.
+    pub(crate) fn from_parts(
+        config: ModelConfig,
+        parts: ModelParts,
+        precision: Precision,
+    ) -> Result<Self> {
         let fp32 = Path::selected().map_err(|e| EncoderError::Precision(e.to_string()))?;
-        let parts = config.architecture.load(w, &config)?;
         let mut model = Self {
             config,
             embeddings: parts.embeddings,
