@@ -93,4 +93,11 @@ impl Architecture {
             _ => "embeddings.word_embeddings.weight",
         }
     }
+
+    /// Whether the model attends causally (a decoder: each token sees only
+    /// those before it), so that only its last token has read the whole text:
+    /// its default pooling is `last-token`.
+    pub fn is_causal(self) -> bool {
+        matches!(self, Architecture::Qwen3)
+    }
 }
