@@ -47,7 +47,6 @@ pub mod report;
 pub mod rerank;
 pub mod st_pipeline;
 pub mod tokens;
-#[cfg(feature = "index")]
 pub mod vector_input;
 pub mod weighting;
 

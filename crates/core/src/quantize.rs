@@ -359,7 +359,7 @@ pub fn transform_file_output(
             q.spec.kind.name()
         );
     }
-    let mut reader = crate::matrix_file::MatrixReader::open(input)?;
+    let mut reader = crate::vector_input::open_vectors(input)?;
     if reader.cols() != calibrator.fitted.input_dim() {
         bail!(
             "{} has {}-dimensional rows, the calibrator {} expects {}",
@@ -370,7 +370,7 @@ pub fn transform_file_output(
         );
     }
     let mut parts = Vec::new();
-    while let Some(chunk) = reader.next_chunk(crate::fitting::CHUNK_ROWS)? {
+    while let Some((chunk, _)) = reader.next_rows(crate::fitting::CHUNK_ROWS)? {
         let y = calibrator.apply(chunk.view())?;
         parts.push(q.quantize(y.view())?.bytes);
     }
