@@ -76,7 +76,8 @@ pub struct FitArgs {
     #[arg(long, default_value = "target:STS-B", value_name = "CORPUS")]
     pub on: Corpus,
     /// Fit on these embeddings instead of encoding sentences: a .npy (float32 or
-    /// float64, n x d) or .safetensors file from any source. --model, --pooling and
+    /// float64, n x d) or .safetensors file from any source, or Parquet (a file or
+    /// Spark's output folder) with an `embedding` column. --model, --pooling and
     /// --on are then not used.
     #[arg(long, value_name = "FILE")]
     pub embeddings: Option<PathBuf>,

@@ -35,10 +35,10 @@ pub mod runtime;
 pub use experiments::{analyze, bench, compare, evaluate, grid, report};
 pub use runtime::{
     calibration, defaults, embedder, export, fitting, io, matrix_file, parse, pipeline, progress,
-    quantize, rerank, st_pipeline, tokens, weighting,
+    quantize, rerank, st_pipeline, tokens, vector_input, weighting,
 };
 #[cfg(feature = "index")]
-pub use runtime::{indexing, vector_input};
+pub use runtime::indexing;
 
 // Core is the only door: front ends (the CLI, the server, the Python
 // bindings) depend on bertflow-core alone and name the inner crates' types

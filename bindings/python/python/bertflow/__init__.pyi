@@ -110,16 +110,21 @@ class Reranker:
     def precision(self) -> str: ...
 
 def is_reranker(model: _Path) -> bool: ...
+def read_vectors(
+    path: _Path, text_column: Optional[str] = "text", vector_column: str = "embedding"
+) -> Tuple[Any, Optional[list[str]]]: ...
 
 class Index:
     @staticmethod
     def build(
         path: _Path,
-        vectors: Optional[_Matrix] = None,
+        vectors: Union[_Matrix, _Path, None] = None,
         texts: Optional[Iterable[str]] = None,
         quantize: Optional[str] = None,
         encoder: Optional["Encoder"] = None,
         chunk: int = 8192,
+        text_column: str = "text",
+        vector_column: str = "embedding",
     ) -> "Index": ...
     @staticmethod
     def open(path: _Path, encoder: Optional["Encoder"] = None, verify: bool = False) -> "Index": ...

@@ -17,6 +17,5 @@ pub mod quantize;
 pub mod rerank;
 pub mod st_pipeline;
 pub mod tokens;
-#[cfg(feature = "index")]
 pub mod vector_input;
 pub mod weighting;
