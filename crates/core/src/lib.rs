@@ -20,7 +20,8 @@
 //! - [`rerank`]: rerankers (cross-encoders) scoring a query against texts
 //!   ([`RerankerConfig`], [`Reranker`]);
 //! - [`io`]: sentences in, embeddings out (`.npy`, `.jsonl`, `.safetensors`);
-//! - [`progress`]: how workflows report progress without printing.
+//! - [`progress`]: how workflows report progress without printing;
+//! - [`prompt`]: the prompt before every text, one rule for every front end.
 //!
 //! Errors are one enum, [`CoreError`]; nothing here prints or exits.
 
@@ -42,6 +43,7 @@ pub mod matrix_file;
 pub mod parse;
 pub mod pipeline;
 pub mod progress;
+pub mod prompt;
 pub mod quantize;
 pub mod report;
 pub mod rerank;
@@ -73,6 +75,7 @@ pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};
 pub use error::{Context, CoreError, Result};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineInfo};
 pub use progress::{Bar, Progress, SharedProgress, Silent};
+pub use prompt::{Prompt, PromptConfig};
 pub use rerank::{Reranker, RerankerConfig};
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename): every
