@@ -65,6 +65,7 @@ pub mod registry;
 mod softwhiten;
 pub mod spec;
 mod stats;
+mod tensors;
 
 use std::fmt;
 use std::path::Path;
@@ -221,7 +222,7 @@ impl Fitted {
         io::load(path)
     }
 
-    pub(crate) fn write_tensors(&self, w: &mut io::TensorWriter) {
+    pub(crate) fn write_tensors(&self, w: &mut tensors::TensorWriter) {
         match self {
             Fitted::None(_) => {}
             Fitted::Sn(s) => s.write_tensors(w, ""),
@@ -238,7 +239,7 @@ impl Fitted {
         }
     }
 
-    pub(crate) fn read_tensors(&mut self, r: &mut io::TensorReader) -> Result<()> {
+    pub(crate) fn read_tensors(&mut self, r: &mut tensors::TensorReader) -> Result<()> {
         match self {
             Fitted::None(_) => Ok(()),
             Fitted::Sn(s) => s.read_tensors(r, ""),

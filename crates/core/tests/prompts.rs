@@ -117,12 +117,10 @@ fn every_way_of_choosing_a_prompt_equals_sentence_transformers() {
 #[test]
 fn the_prompt_is_prepended_before_tokenizing_and_cut_with_the_text() {
     let p = open(&config("st", PromptConfig::default()));
-    let texts = p.prompt_texts(vec!["cat".into()], None).unwrap();
-    assert_eq!(texts, ["someone is playing cat"]);
-    let texts = p.prompt_texts(vec!["cat".into()], Some("search")).unwrap();
-    assert_eq!(texts, ["query: cat"]);
-    let texts = p.prompt_texts(vec!["cat".into()], Some("empty")).unwrap();
-    assert_eq!(texts, ["cat"]);
+    let one = |name| p.prompt_texts(vec!["cat".into()], name).unwrap();
+    assert_eq!(one(None), ["someone is playing cat"]);
+    assert_eq!(one(Some("search")), ["query: cat"]);
+    assert_eq!(one(Some("empty")), ["cat"]);
     let e = p
         .prompt_texts(vec!["cat".into()], Some("passage"))
         .unwrap_err()

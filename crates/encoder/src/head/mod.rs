@@ -280,6 +280,10 @@ impl Head {
                     class,
                 }
             }
+            // No reranker head of the decoder-style families (not in SUPPORTED_HEADS).
+            Architecture::Qwen3 | Architecture::Gemma3 | Architecture::EuroBert => {
+                return Err(bad(format!("classification head {class} is not supported")))
+            }
         };
         Ok(head)
     }

@@ -1,7 +1,7 @@
 //! Parsing a sentence-transformers directory into an [`StSpec`].
+use super::LayerSource;
 use super::{Dense, Mode, StSpec, Step, LEGACY_MODES};
 use crate::error::{io_err, EncoderError, Result};
-use crate::pooling::PoolSource;
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -232,7 +232,7 @@ impl StSpec {
 }
 
 /// bertflow's module's `source`: `{"mean": [layers]}` or `{"cls": layer}`.
-fn parse_source(v: &Value, layers: usize, path: &Path) -> Result<PoolSource> {
+fn parse_source(v: &Value, layers: usize, path: &Path) -> Result<LayerSource> {
     let layer = |x: &Value| -> Result<usize> {
         let l = x
             .as_u64()
@@ -248,12 +248,12 @@ fn parse_source(v: &Value, layers: usize, path: &Path) -> Result<PoolSource> {
     };
     let obj = v.as_object().filter(|o| o.len() == 1);
     match obj.and_then(|o| o.iter().next()) {
-        Some((k, x)) if k == "cls" => Ok(PoolSource::Cls(layer(x)?)),
+        Some((k, x)) if k == "cls" => Ok(LayerSource::Cls(layer(x)?)),
         Some((k, Value::Array(xs))) if k == "mean" && !xs.is_empty() => {
             let mut v = xs.iter().map(layer).collect::<Result<Vec<_>>>()?;
             v.sort_unstable();
             v.dedup();
-            Ok(PoolSource::Mean(v))
+            Ok(LayerSource::Mean(v))
         }
         _ => Err(bad(
             path,
