@@ -18,6 +18,17 @@ pub enum Architecture {
     /// `modernbert`: rotary positions, pre-norm GeGLU layers, local and global
     /// attention, final norm.
     ModernBert,
+    /// `gte` (the "new" GTE): rotary positions, post-norm layers with a gated
+    /// GELU feed-forward.
+    Gte,
+    /// `nomic_bert`: rotary positions, post-norm SwiGLU layers, no biases.
+    NomicBert,
+    /// `deberta-v2`: post-norm layers with disentangled (content and
+    /// relative position) attention.
+    DebertaV2,
+    /// `jina_embeddings_v3`: XLM-RoBERTa's post-norm layers with rotary
+    /// positions (the base weights, no task adapter).
+    JinaV3,
 }
 
 impl Architecture {
@@ -30,6 +41,10 @@ impl Architecture {
         ("distilbert", Architecture::DistilBert),
         ("mpnet", Architecture::MpNet),
         ("modernbert", Architecture::ModernBert),
+        ("gte", Architecture::Gte),
+        ("nomic_bert", Architecture::NomicBert),
+        ("deberta-v2", Architecture::DebertaV2),
+        ("jina_embeddings_v3", Architecture::JinaV3),
     ];
 
     /// The architecture of `model_type`; an error listing the supported ones.
@@ -59,6 +74,10 @@ impl Architecture {
             Architecture::DistilBert => &["", "distilbert.", "model."],
             Architecture::MpNet => &["", "mpnet.", "model."],
             Architecture::ModernBert => &["", "model."],
+            Architecture::Gte => &["", "gte.", "new.", "model."],
+            Architecture::NomicBert => &["", "nomic_bert.", "bert.", "model."],
+            Architecture::DebertaV2 => &["", "deberta.", "model."],
+            Architecture::JinaV3 => &["", "roberta.", "model."],
         }
     }
 

@@ -16,9 +16,13 @@ use crate::weights::Weights;
 use serde::Deserialize;
 
 pub mod bert;
+pub mod deberta;
 pub mod distilbert;
+pub mod gte;
+pub mod jina;
 pub mod modernbert;
 pub mod mpnet;
+pub mod nomic;
 pub mod roberta;
 
 impl Architecture {
@@ -33,6 +37,10 @@ impl Architecture {
             Architecture::DistilBert => distilbert::parse_config(model_type, raw),
             Architecture::MpNet => mpnet::parse_config(model_type, raw),
             Architecture::ModernBert => modernbert::parse_config(model_type, raw),
+            Architecture::Gte => gte::parse_config(model_type, raw),
+            Architecture::NomicBert => nomic::parse_config(model_type, raw),
+            Architecture::DebertaV2 => deberta::parse_config(model_type, raw),
+            Architecture::JinaV3 => jina::parse_config(model_type, raw),
         }
     }
 
@@ -43,6 +51,10 @@ impl Architecture {
             Architecture::DistilBert => distilbert::load(w, cfg),
             Architecture::MpNet => mpnet::load(w, cfg),
             Architecture::ModernBert => modernbert::load(w, cfg),
+            Architecture::Gte => gte::load(w, cfg),
+            Architecture::NomicBert => nomic::load(w, cfg),
+            Architecture::DebertaV2 => deberta::load(w, cfg),
+            Architecture::JinaV3 => jina::load(w, cfg),
         }
     }
 }
