@@ -34,12 +34,12 @@ pub mod runtime;
 // The modules under their old paths (`bertflow_core::pipeline`, ...), so that
 // front ends need not know the split.
 pub use experiments::{analyze, bench, compare, evaluate, grid, report};
+#[cfg(feature = "index")]
+pub use runtime::indexing;
 pub use runtime::{
     calibration, defaults, embedder, export, fitting, io, matrix_file, parse, pipeline, progress,
     prompt, quantize, rerank, st_pipeline, tokens, vector_input, weighting,
 };
-#[cfg(feature = "index")]
-pub use runtime::indexing;
 
 // Core is the only door: front ends (the CLI, the server, the Python
 // bindings) depend on bertflow-core alone and name the inner crates' types
