@@ -58,6 +58,7 @@ mod io;
 mod linear;
 mod moments;
 mod pca;
+mod projection;
 pub mod quantize;
 mod real;
 pub mod registry;
@@ -85,6 +86,7 @@ pub use io::{
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{MomentStats, MOMENT_BLOCK};
 pub use pca::Pca;
+pub use projection::Projection;
 pub use quantize::{Codes, QuantKind, QuantSpec, Quantizer, Ranges};
 pub use registry::{Kind, Param, ParamType, Value, KINDS};
 pub use softwhiten::SoftWhitening;
