@@ -5,10 +5,15 @@ both ``_calibrators`` and ``_quantize`` so that neither imports the other back.
 """
 
 import inspect
+import os
 
 import numpy as np
 
 try:  # pragma: no cover - depends on the environment
+    if os.environ.get("BERTFLOW_SKLEARN") == "0":
+        # Spark's Python workers (bertflow.spark): scikit-learn takes seconds
+        # to import and no worker needs it.
+        raise ImportError("BERTFLOW_SKLEARN=0")
     from sklearn.base import BaseEstimator as _BaseEstimator
     from sklearn.base import TransformerMixin as _TransformerMixin
     from sklearn.exceptions import NotFittedError

@@ -13,10 +13,10 @@ pub mod matrix_file;
 pub mod parse;
 pub mod pipeline;
 pub mod progress;
+pub mod prompt;
 pub mod quantize;
 pub mod rerank;
 pub mod st_pipeline;
 pub mod tokens;
-#[cfg(feature = "index")]
 pub mod vector_input;
 pub mod weighting;

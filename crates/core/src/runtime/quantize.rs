@@ -360,7 +360,7 @@ pub fn transform_file_output(
             q.spec.kind.name()
         );
     }
-    let mut reader = crate::runtime::matrix_file::MatrixReader::open(input)?;
+    let mut reader = crate::runtime::vector_input::open_vectors(input)?;
     if reader.cols() != calibrator.fitted.input_dim() {
         bail!(
             "{} has {}-dimensional rows, the calibrator {} expects {}",
@@ -371,7 +371,7 @@ pub fn transform_file_output(
         );
     }
     let mut parts = Vec::new();
-    while let Some(chunk) = reader.next_chunk(crate::runtime::fitting::CHUNK_ROWS)? {
+    while let Some((chunk, _)) = reader.next_rows(crate::runtime::fitting::CHUNK_ROWS)? {
         let y = calibrator.apply(chunk.view())?;
         parts.push(q.quantize(y.view())?.bytes);
     }
