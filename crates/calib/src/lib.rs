@@ -77,12 +77,13 @@ use serde::{Deserialize, Serialize};
 pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
 pub use affine::Affine;
 pub use auto::{Auto, AUTO_RULE};
+pub use compat::{check_compatible, check_compatible_prompted};
 pub use error::{CalibError, Result};
 pub use fit::{fit, fit_from_moments};
 pub use flow::Flow;
 pub use io::{
-    check_compatible, check_compatible_prompted, CalibratorMeta, ExternalInput, WeightingMeta,
-    EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY, QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
+    CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY,
+    QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{MomentStats, MOMENT_BLOCK};
