@@ -88,7 +88,7 @@ pub struct CalibratorMeta {
     /// The prompt prepended to every sentence of the fit (its text; absent:
     /// none, as in files written before prompts existed): vectors made with
     /// another prompt are refused like another pooling
-    /// ([`check_compatible_prompted`]).
+    /// ([`crate::check_compatible_prompted`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
 }
@@ -216,8 +216,6 @@ impl CalibratorMeta {
         self
     }
 }
-
-pub use crate::compat::{check_compatible, check_compatible_prompted};
 
 #[derive(Serialize)]
 struct FileHeaderRef<'a> {

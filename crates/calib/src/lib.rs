@@ -59,6 +59,7 @@ mod io;
 mod linear;
 mod moments;
 mod pca;
+mod projection;
 pub mod quantize;
 mod real;
 pub mod registry;
@@ -76,16 +77,18 @@ use serde::{Deserialize, Serialize};
 pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
 pub use affine::Affine;
 pub use auto::{Auto, AUTO_RULE};
+pub use compat::{check_compatible, check_compatible_prompted};
 pub use error::{CalibError, Result};
 pub use fit::{fit, fit_from_moments};
 pub use flow::Flow;
 pub use io::{
-    check_compatible, check_compatible_prompted, CalibratorMeta, ExternalInput, WeightingMeta,
-    EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY, QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
+    CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY,
+    QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{MomentStats, MOMENT_BLOCK};
 pub use pca::Pca;
+pub use projection::Projection;
 pub use quantize::{Codes, QuantKind, QuantSpec, Quantizer, Ranges};
 pub use registry::{Kind, Param, ParamType, Value, KINDS};
 pub use softwhiten::SoftWhitening;
