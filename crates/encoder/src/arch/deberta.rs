@@ -310,7 +310,7 @@ pub(crate) fn load(w: &Weights, cfg: &ModelConfig) -> Result<ModelParts> {
         position,
         positions,
         token_type,
-        ln: LayerNorm::load(w, "embeddings.LayerNorm", h, eps)?,
+        ln: Some(LayerNorm::load(w, "embeddings.LayerNorm", h, eps)?),
     };
     Ok(ModelParts {
         embeddings,

@@ -365,7 +365,7 @@ pub(crate) fn rotary_embeddings(w: &Weights, cfg: &ModelConfig, ln: &str) -> Res
         position: Vec::new(),
         positions: Positions::None,
         token_type,
-        ln: LayerNorm::load(w, ln, h, cfg.layer_norm_eps)?,
+        ln: Some(LayerNorm::load(w, ln, h, cfg.layer_norm_eps)?),
     })
 }
 
