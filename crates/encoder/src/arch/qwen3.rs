@@ -112,8 +112,11 @@ impl LlamaSizes {
             num_hidden_layers: self.num_hidden_layers,
             num_attention_heads: self.num_attention_heads,
             intermediate_size: self.intermediate_size,
-            // The gated activation is read by the family's module (`glu`).
-            hidden_act: HiddenAct::Gelu,
+            // The gate's activation (the blocks run it through `glu`).
+            hidden_act: match self.glu() {
+                Ok(Glu::GeluTanh) => HiddenAct::GeluApprox,
+                _ => HiddenAct::Silu,
+            },
             max_position_embeddings: self.max_position_embeddings,
             type_vocab_size: 0,
             layer_norm_eps: self.rms_norm_eps,
