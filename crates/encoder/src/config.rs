@@ -33,6 +33,9 @@ pub struct ModelConfig {
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub intermediate_size: usize,
+    /// The feed-forward activation of the BERT-style families and ModernBERT;
+    /// the decoder-style families (`qwen3`, `gemma3`, `eurobert`) read their
+    /// gated activation themselves and leave `Gelu` here.
     pub hidden_act: HiddenAct,
     pub max_position_embeddings: usize,
     /// Rows of the token-type table (0: the architecture has none).

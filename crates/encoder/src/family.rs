@@ -18,6 +18,15 @@ pub enum Architecture {
     /// `modernbert`: rotary positions, pre-norm GeGLU layers, local and global
     /// attention, final norm.
     ModernBert,
+    /// `qwen3`, `qwen2`: causal decoder layers (RMSNorm, rotary positions,
+    /// grouped-query attention, SwiGLU), final norm; `last-token` pooling.
+    Qwen3,
+    /// `gemma3_text`, `gemma3` with bidirectional attention (EmbeddingGemma):
+    /// sliding-window and global layers, four (1 + w) RMSNorms per layer,
+    /// scaled embeddings.
+    Gemma3,
+    /// `eurobert`: Llama-style layers with bidirectional attention.
+    EuroBert,
     /// `gte` (the "new" GTE): rotary positions, post-norm layers with a gated
     /// GELU feed-forward.
     Gte,
@@ -41,6 +50,11 @@ impl Architecture {
         ("distilbert", Architecture::DistilBert),
         ("mpnet", Architecture::MpNet),
         ("modernbert", Architecture::ModernBert),
+        ("qwen3", Architecture::Qwen3),
+        ("qwen2", Architecture::Qwen3),
+        ("gemma3_text", Architecture::Gemma3),
+        ("gemma3", Architecture::Gemma3),
+        ("eurobert", Architecture::EuroBert),
         ("gte", Architecture::Gte),
         ("nomic_bert", Architecture::NomicBert),
         ("deberta-v2", Architecture::DebertaV2),
@@ -74,6 +88,13 @@ impl Architecture {
             Architecture::DistilBert => &["", "distilbert.", "model."],
             Architecture::MpNet => &["", "mpnet.", "model."],
             Architecture::ModernBert => &["", "model."],
+            Architecture::Qwen3 | Architecture::EuroBert => &["", "model."],
+            Architecture::Gemma3 => &[
+                "",
+                "model.",
+                "model.language_model.",
+                "language_model.model.",
+            ],
             Architecture::Gte => &["", "gte.", "new.", "model."],
             Architecture::NomicBert => &["", "nomic_bert.", "bert.", "model."],
             Architecture::DebertaV2 => &["", "deberta.", "model."],
@@ -85,7 +106,17 @@ impl Architecture {
     pub(crate) fn anchor(self) -> &'static str {
         match self {
             Architecture::ModernBert => "embeddings.tok_embeddings.weight",
+            Architecture::Qwen3 | Architecture::Gemma3 | Architecture::EuroBert => {
+                "embed_tokens.weight"
+            }
             _ => "embeddings.word_embeddings.weight",
         }
+    }
+
+    /// Whether the model attends causally (a decoder: each token sees only
+    /// those before it), so that only its last token has read the whole text:
+    /// its default pooling is `last-token`.
+    pub fn is_causal(self) -> bool {
+        matches!(self, Architecture::Qwen3)
     }
 }

@@ -2,10 +2,10 @@
 //! calibrators x token weightings on the STS tasks, for one or more
 //! aggregations, as one serialisable report that every front end prints
 //! ([`Comparison::to_json`], [`Comparison::render`]).
-use crate::embedder::Embedder;
 use crate::error::Result;
-use crate::grid::{rows_json, Calib, FitOn, Grid, Row, Target};
-use crate::weighting::Weighting;
+use crate::experiments::grid::{rows_json, Calib, FitOn, Grid, Row, Target};
+use crate::runtime::embedder::Embedder;
+use crate::runtime::weighting::Weighting;
 use bertflow_encoder::{Pooling, WeightingSpec};
 use bertflow_eval::{average, render_table, Aggregate};
 use serde_json::{json, Map, Value};
@@ -35,14 +35,16 @@ pub struct Comparison {
 /// The weightings of a comma-separated list (`mean,usif,sif:a=1e-4`), each
 /// with the same frequency file; a field error when the list is empty.
 pub fn parse_weightings(list: &str, freq_file: Option<&std::path::Path>) -> Result<Vec<Weighting>> {
-    Ok(crate::parse::spec_list::<WeightingSpec>("weighting", list)?
-        .into_iter()
-        .map(|(spec, _)| Weighting {
-            spec,
-            freq_file: freq_file.map(|f| f.to_path_buf()),
-            fixed: None,
-        })
-        .collect())
+    Ok(
+        crate::runtime::parse::spec_list::<WeightingSpec>("weighting", list)?
+            .into_iter()
+            .map(|(spec, _)| Weighting {
+                spec,
+                freq_file: freq_file.map(|f| f.to_path_buf()),
+                fixed: None,
+            })
+            .collect(),
+    )
 }
 
 impl Comparison {

@@ -2,11 +2,11 @@
 //! calibrator file's, a kind fitted per task, or none) scored on STS tasks and
 //! pair files. [`Evaluation::run`] returns the report; the CLI prints it as a
 //! table ([`Evaluation::render`]) or JSON ([`Evaluation::to_json`]), as
-//! [`crate::compare::Comparison`] does for the grid of several rows.
+//! [`crate::experiments::compare::Comparison`] does for the grid of several rows.
 use crate::calib::CalibSpec;
 use crate::error::{CoreError, Result};
-use crate::grid::{rows_json, Calib, FitOn, Grid, Row, Target};
-use crate::pipeline::Pipeline;
+use crate::experiments::grid::{rows_json, Calib, FitOn, Grid, Row, Target};
+use crate::runtime::pipeline::Pipeline;
 use bertflow_eval::{render_table, Aggregate};
 use serde_json::{json, Value};
 use std::path::PathBuf;

@@ -4,10 +4,10 @@
 //! sentences (`--on target`, as the papers do), on a train split, or once on a
 //! user's sentence file.
 use crate::bail;
-use crate::calibration::{self as calib, LoadedCalibrator};
-use crate::embedder::Embedder;
 use crate::error::{Context, Result};
-use crate::weighting::Weighting;
+use crate::runtime::calibration::{self as calib, LoadedCalibrator};
+use crate::runtime::embedder::Embedder;
+use crate::runtime::weighting::Weighting;
 use bertflow_calib::{CalibSpec, Calibrator, Fitted};
 use bertflow_encoder::Pooling;
 use bertflow_eval::{
@@ -202,7 +202,11 @@ impl Grid<'_> {
         if self.needs_fit() || self.weighting.needs_corpus() {
             match &self.fit_on {
                 FitOn::File(p) => {
-                    let input = crate::io::read_sentences(p, false, crate::io::EmptyLines::Skip)?;
+                    let input = crate::runtime::io::read_sentences(
+                        p,
+                        false,
+                        crate::runtime::io::EmptyLines::Skip,
+                    )?;
                     fit_sets.push(dedup_preserving_order(input.texts));
                 }
                 on => {
@@ -327,7 +331,12 @@ impl Grid<'_> {
                 Some(fitted.transform(x.view())?)
             }
             Calib::File(f) => {
-                f.check(&self.embedder.encoder, pooling, &*self.embedder.progress)?;
+                f.check(
+                    &self.embedder.encoder,
+                    pooling,
+                    self.embedder.prompt.as_ref(),
+                    &*self.embedder.progress,
+                )?;
                 if !self.weighting.matches_record(f.meta.weighting.as_ref()) {
                     crate::bail!(
                         "calibrator {} was fitted with weighting {}: evaluate it with the file's own weights",
@@ -335,7 +344,7 @@ impl Grid<'_> {
                         f.meta.weighting.as_ref().map(|w| w.spec.as_str()).unwrap_or("mean")
                     );
                 }
-                Some(crate::quantize::apply_for_scoring(f, x.view())?)
+                Some(crate::runtime::quantize::apply_for_scoring(f, x.view())?)
             }
         })
     }
@@ -370,9 +379,9 @@ pub fn score_targets<'a>(
 }
 
 /// Calibrator rows from a list such as "none,whiten:k=5,flow:seed=1,epochs=2" (see
-/// [`crate::parse::spec_list`] for the rule); each label is the spec as written.
+/// [`crate::runtime::parse::spec_list`] for the rule); each label is the spec as written.
 pub fn parse_calibs(s: &str) -> Result<Vec<Calib>> {
-    Ok(crate::parse::spec_list::<CalibSpec>("kinds", s)?
+    Ok(crate::runtime::parse::spec_list::<CalibSpec>("kinds", s)?
         .into_iter()
         .map(|(spec, label)| Calib::Spec(spec, label))
         .collect())

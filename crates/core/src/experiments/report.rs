@@ -4,13 +4,13 @@
 //! --on target` does), the analyses of `bertflow analyze` for each pooling x kind,
 //! and the figures; plus a Markdown twin (`<stem>.md`) whose figures are PNG files in
 //! `<stem>-figures/`.
-use crate::analyze::{
+use crate::error::{CoreError, Result};
+use crate::experiments::analyze::{
     analyse, frequency, frequency_figure, method_label, pooling_figures, spec_name,
     AnalysisOptions, EditUnit, FrequencyResult, PoolingResult, StsbData,
 };
-use crate::embedder::Embedder;
-use crate::error::{CoreError, Result};
-use crate::grid::{load_targets, Calib, Grid, Row, Target};
+use crate::experiments::grid::{load_targets, Calib, Grid, Row, Target};
+use crate::runtime::embedder::Embedder;
 use bertflow_analysis::{
     render_html, render_markdown, report_images, AlignmentUniformityEntry, AnisotropyEntry,
     FrequencyEntry, LexicalBiasEntry, ReportData, SpectrumEntry, StsRow, StsTable,

@@ -1,7 +1,7 @@
 //! Glue between the encoder and the calibrators: fitting with a progress bar,
 //! loading a calibrator file and checking it against the model and pooling.
 use crate::error::{Context, Result};
-use crate::progress::Progress;
+use crate::runtime::progress::Progress;
 use bertflow_calib::{CalibSpec, Calibrator, CalibratorMeta, FitOptions, Fitted};
 use bertflow_encoder::{Encoder, Pooling, TokenWeights};
 use ndarray::{Array2, ArrayView2};
@@ -130,9 +130,16 @@ impl LoadedCalibrator {
         }
     }
 
-    /// Error unless the file was fitted on this model, pooling and dimension
-    /// (model and pooling may be overridden by --allow-mismatch; dimension never).
-    pub fn check(&self, enc: &Encoder, pooling: &Pooling, progress: &dyn Progress) -> Result<()> {
+    /// Error unless the file was fitted on this model, pooling, prompt and
+    /// dimension (model, pooling and prompt may be overridden by
+    /// --allow-mismatch; dimension never).
+    pub fn check(
+        &self,
+        enc: &Encoder,
+        pooling: &Pooling,
+        prompt: Option<&crate::runtime::prompt::Prompt>,
+        progress: &dyn Progress,
+    ) -> Result<()> {
         let identity = model_identity(enc);
         // Equal fingerprints are the same model, wherever it lives.
         let model = if self.meta.model.rsplit('@').next() == Some(enc.files_fingerprint()) {
@@ -140,11 +147,12 @@ impl LoadedCalibrator {
         } else {
             identity
         };
-        let warnings = bertflow_calib::check_compatible(
+        let warnings = bertflow_calib::check_compatible_prompted(
             &self.meta,
             &model,
             &pooling.to_string(),
-            crate::st_pipeline::dim(enc, pooling)?,
+            prompt.map(|p| p.text.as_str()),
+            crate::runtime::st_pipeline::dim(enc, pooling)?,
             self.allow_mismatch,
         )
         .with_context(|| {
@@ -168,7 +176,7 @@ impl LoadedCalibrator {
         self.meta
             .weighting
             .as_ref()
-            .map(crate::weighting::Weighting::from_record)
+            .map(crate::runtime::weighting::Weighting::from_record)
             .transpose()
             .with_context(|| format!("calibrator {}", self.path.display()))
     }
@@ -178,9 +186,12 @@ impl LoadedCalibrator {
     /// another weighting than the file records.
     pub fn weights_for(
         &self,
-        requested: &crate::weighting::Weighting,
+        requested: &crate::runtime::weighting::Weighting,
     ) -> Result<Option<TokenWeights>> {
-        requested.adopt(self.weights()?, crate::weighting::Adopt::Unless(&self.path))
+        requested.adopt(
+            self.weights()?,
+            crate::runtime::weighting::Adopt::Unless(&self.path),
+        )
     }
 
     pub fn apply(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {

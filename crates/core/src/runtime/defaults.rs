@@ -163,7 +163,7 @@ pub fn defaults() -> Defaults {
         model_dir: MODEL_DIR,
         pooling: POOLING.to_string(),
         precision: precision().unwrap_or_default().to_string(),
-        weighting: crate::weighting::Weighting::default().label(),
+        weighting: crate::runtime::weighting::Weighting::default().label(),
         batch_size: BATCH_SIZE,
         sample_seed: SAMPLE_SEED,
         data: data_dir(None),

@@ -2,7 +2,9 @@
 //! (sentence set, pooling) pair is one cache entry; whatever is missing is
 //! encoded in a single pass over the model for all poolings at once.
 use crate::error::{Context, Result};
-use crate::progress::{silent, SharedProgress};
+use crate::runtime::progress::{silent, SharedProgress};
+use crate::runtime::prompt::{Prompt, PromptConfig};
+use bertflow_encoder::st::StPrompts;
 use bertflow_encoder::{
     CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
     TokenWeights, TuneOptions,
@@ -11,8 +13,8 @@ use ndarray::Array2;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// The default model directory (see [`crate::defaults::model`] for where it is found).
-pub const DEFAULT_MODEL: &str = crate::defaults::MODEL_DIR;
+/// The default model directory (see [`crate::runtime::defaults::model`] for where it is found).
+pub const DEFAULT_MODEL: &str = crate::runtime::defaults::MODEL_DIR;
 
 /// How to load and run the encoder: what every front end asks for. With
 /// core's `clap` feature it is also the command line's model options (the
@@ -30,7 +32,7 @@ pub struct EmbedderConfig {
     /// working directory or in the checkout bertflow was built in.
     #[cfg_attr(
         feature = "clap",
-        arg(long, short = 'm', default_value_t = crate::defaults::model())
+        arg(long, short = 'm', default_value_t = crate::runtime::defaults::model())
     )]
     pub model: String,
     /// Truncate sentences at this many tokens, [CLS] and [SEP] (<s> and </s>)
@@ -41,7 +43,7 @@ pub struct EmbedderConfig {
     /// Sentences per forward pass (sentences are sorted by length first).
     #[cfg_attr(
         feature = "clap",
-        arg(long, default_value_t = crate::defaults::BATCH_SIZE, value_name = "N")
+        arg(long, default_value_t = crate::runtime::defaults::BATCH_SIZE, value_name = "N")
     )]
     pub batch_size: usize,
     /// Worker threads; each runs whole batches on one core [default:
@@ -65,22 +67,28 @@ pub struct EmbedderConfig {
     /// measuring, the rule by CPU family. Default: $BERTFLOW_PRECISION, else fp32.
     #[cfg_attr(
         feature = "clap",
-        arg(long, default_value_t = crate::defaults::precision().unwrap_or_default(), value_parser = crate::parse::parse_precision)
+        arg(long, default_value_t = crate::runtime::defaults::precision().unwrap_or_default(), value_parser = crate::runtime::parse::parse_precision)
     )]
-    #[serde(with = "crate::parse::as_str")]
+    #[serde(with = "crate::runtime::parse::as_str")]
     pub precision: Precision,
+    /// The prompt before every text (`crate::runtime::prompt`'s rule; the commands
+    /// that offer `--prompt-name`/`--prompt` flatten them separately).
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[serde(flatten)]
+    pub prompt: PromptConfig,
 }
 
 impl Default for EmbedderConfig {
     fn default() -> Self {
         Self {
-            model: crate::defaults::model(),
+            model: crate::runtime::defaults::model(),
             max_len: None,
-            batch_size: crate::defaults::BATCH_SIZE,
+            batch_size: crate::runtime::defaults::BATCH_SIZE,
             threads: None,
             cache_dir: None,
             no_cache: false,
-            precision: crate::defaults::precision().unwrap_or_default(),
+            precision: crate::runtime::defaults::precision().unwrap_or_default(),
+            prompt: PromptConfig::default(),
         }
     }
 }
@@ -93,7 +101,7 @@ impl EmbedderConfig {
     pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
         // A bad $BERTFLOW_PRECISION is an error even where a front end gave
         // the precision (the defaults above fall back to fp32 silently).
-        crate::defaults::precision()?;
+        crate::runtime::defaults::precision()?;
         let cache_dir = self
             .cache_dir
             .clone()
@@ -110,9 +118,12 @@ impl EmbedderConfig {
         for note in &encoder.kernels().notes {
             progress.note(note);
         }
+        let prompts = StPrompts::of_model(encoder.files())
+            .with_context(|| format!("cannot load model '{}'", self.model))?;
+        let prompt = crate::runtime::prompt::resolve(&prompts, &self.prompt, encoder.model_id())?;
         let mut opts = EncodeOptions::default();
         set_batch_size(&mut opts, self.batch_size)?;
-        if let Some(t) = crate::defaults::threads(self.threads)? {
+        if let Some(t) = crate::runtime::defaults::threads(self.threads)? {
             opts.threads = t;
         }
         let cache = (!self.no_cache).then(|| EmbeddingCache::new(cache_dir));
@@ -121,6 +132,8 @@ impl EmbedderConfig {
             opts,
             cache,
             progress,
+            prompts,
+            prompt,
         })
     }
 }
@@ -143,6 +156,10 @@ pub struct Embedder {
     pub opts: EncodeOptions,
     pub cache: Option<EmbeddingCache>,
     pub progress: SharedProgress,
+    /// The prompts the model defines (`config_sentence_transformers.json`).
+    pub prompts: StPrompts,
+    /// The prompt before every text it embeds (see [`crate::runtime::prompt`]).
+    pub prompt: Option<Prompt>,
 }
 
 impl Embedder {
@@ -153,7 +170,14 @@ impl Embedder {
             opts,
             cache: None,
             progress: silent(),
+            prompts: StPrompts::default(),
+            prompt: None,
         }
+    }
+
+    /// The prompt `asked` resolves to for this model ([`crate::runtime::prompt::resolve`]).
+    pub fn resolve_prompt(&self, asked: &PromptConfig) -> Result<Option<Prompt>> {
+        crate::runtime::prompt::resolve(&self.prompts, asked, self.encoder.model_id())
     }
 
     /// Sentences per forward pass from now on (at least 1).
@@ -178,6 +202,30 @@ impl Embedder {
         poolings: &[Pooling],
         weights: Option<&TokenWeights>,
     ) -> Result<Vec<Vec<Array2<f32>>>> {
+        self.embed_sets_prompted(sets, poolings, weights, self.prompt.as_ref())
+    }
+
+    /// [`Embedder::embed_sets_weighted`] with `prompt` before every text in
+    /// place of the embedder's own (the cache keys the prompted texts).
+    pub fn embed_sets_prompted(
+        &self,
+        sets: &[&[String]],
+        poolings: &[Pooling],
+        weights: Option<&TokenWeights>,
+        prompt: Option<&Prompt>,
+    ) -> Result<Vec<Vec<Array2<f32>>>> {
+        let prompted: Vec<Vec<String>>;
+        let sets: Vec<&[String]> = match prompt {
+            Some(p) => {
+                prompted = sets
+                    .iter()
+                    .map(|set| crate::runtime::prompt::apply(Some(p), set))
+                    .collect();
+                prompted.iter().map(Vec::as_slice).collect()
+            }
+            None => sets.to_vec(),
+        };
+        let sets = sets.as_slice();
         let enc = &self.encoder;
         let weights = weights.filter(|w| !w.spec.is_plain_mean());
         let wkey = weights
@@ -185,8 +233,11 @@ impl Embedder {
             .unwrap_or_default();
         let sources: Vec<PoolSource> = poolings
             .iter()
-            .map(|p| crate::st_pipeline::source(enc, p))
+            .map(|p| crate::runtime::st_pipeline::source(enc, p))
             .collect::<Result<_, _>>()?;
+        for src in &sources {
+            crate::runtime::prompt::check_source(prompt, src)?;
+        }
         let mut result: Vec<Vec<Option<Array2<f32>>>> =
             vec![vec![None; poolings.len()]; sets.len()];
         let mut truncated = 0usize;
@@ -310,6 +361,19 @@ impl Embedder {
         weights: Option<&TokenWeights>,
     ) -> Result<Array2<f32>> {
         let mut r = self.embed_sets_weighted(&[texts], std::slice::from_ref(pooling), weights)?;
+        Ok(r.remove(0).remove(0))
+    }
+
+    /// [`Embedder::embed_weighted`] with `prompt` in place of the embedder's own.
+    pub fn embed_prompted(
+        &self,
+        texts: &[String],
+        pooling: &Pooling,
+        weights: Option<&TokenWeights>,
+        prompt: Option<&Prompt>,
+    ) -> Result<Array2<f32>> {
+        let mut r =
+            self.embed_sets_prompted(&[texts], std::slice::from_ref(pooling), weights, prompt)?;
         Ok(r.remove(0).remove(0))
     }
 }

@@ -24,14 +24,14 @@ use bertflow_calib::Calibrator;
 use bertflow_encoder::{Encoder, PoolSource, Pooling};
 use serde_json::json;
 
-use crate::calibration::LoadedCalibrator;
 use crate::error::{Context, CoreError, Result};
+use crate::runtime::calibration::LoadedCalibrator;
 
 /// What to export.
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
     /// The pooling (unset: the calibrator's, else as
-    /// [`crate::pipeline::resolve_pooling`] decides).
+    /// [`crate::runtime::pipeline::resolve_pooling`] decides).
     pub pooling: Option<Pooling>,
     /// An affine calibrator applied after pooling.
     pub calibrator: Option<PathBuf>,
@@ -81,12 +81,13 @@ fn pool(enc: &Encoder, pooling: &Pooling) -> Result<Pool> {
         ));
     }
     let last = enc.num_layers();
-    let (cls, mean) = match enc.source(pooling)? {
-        PoolSource::Cls(n) if n == last => (true, false),
-        PoolSource::Mean(layers) if layers == [last] => (false, true),
+    let (cls, mean, last_token) = match enc.source(pooling)? {
+        PoolSource::Cls(n) if n == last => (true, false, false),
+        PoolSource::Mean(layers) if layers == [last] => (false, true, false),
+        PoolSource::LastToken(n) if n == last => (false, false, true),
         PoolSource::Cls(n) => return Ok(Pool::Bertflow(json!({ "cls": n }))),
         PoolSource::Mean(layers) => return Ok(Pool::Bertflow(json!({ "mean": layers }))),
-        PoolSource::Pooler(_) | PoolSource::St(_) => {
+        PoolSource::Pooler(_) | PoolSource::St(_) | PoolSource::LastToken(_) => {
             return Err(unsupported(format!("the pooling {pooling}")))
         }
     };
@@ -97,7 +98,7 @@ fn pool(enc: &Encoder, pooling: &Pooling) -> Result<Pool> {
         "pooling_mode_max_tokens": false,
         "pooling_mode_mean_sqrt_len_tokens": false,
         "pooling_mode_weightedmean_tokens": false,
-        "pooling_mode_lasttoken": false,
+        "pooling_mode_lasttoken": last_token,
         "include_prompt": true
     })))
 }
@@ -192,7 +193,7 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
         .as_deref()
         .map(|p| LoadedCalibrator::open(p, cfg.allow_mismatch))
         .transpose()?;
-    let chosen = crate::pipeline::resolve_pooling(
+    let chosen = crate::runtime::pipeline::resolve_pooling(
         enc,
         cfg.pooling.as_ref(),
         calibrator.as_ref(),
@@ -200,10 +201,15 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
         &crate::Silent,
     )?;
     let pooling = pool(enc, &chosen)?;
+    // The directory keeps the model's prompts: its default one is what the
+    // calibrator must have been fitted with.
+    let prompts = bertflow_encoder::st::StPrompts::of_model(enc.files())?;
+    let default_prompt =
+        crate::runtime::prompt::resolve(&prompts, &Default::default(), enc.model_id())?;
     let dense = match &calibrator {
         None => None,
         Some(c) => {
-            c.check(enc, &chosen, &crate::Silent)?;
+            c.check(enc, &chosen, default_prompt.as_ref(), &crate::Silent)?;
             if c.meta.weighting.is_some() {
                 return Err(unsupported(format!(
                     "the calibrator {} was fitted with token weighting",
@@ -305,8 +311,12 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
         "config_sentence_transformers.json",
         to_json(json!({
             "__version__": {"bertflow": env!("CARGO_PKG_VERSION")},
-            "prompts": {},
-            "default_prompt_name": null,
+            "prompts": prompts
+                .prompts
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect::<serde_json::Map<_, _>>(),
+            "default_prompt_name": prompts.default_prompt_name,
             "similarity_fn_name": "cosine"
         })),
     )?;

@@ -5,12 +5,13 @@
 //! or `sample` rows drawn with its seed). And applying a calibrator file to such a
 //! matrix chunk by chunk.
 use crate::bail;
-use crate::calibration::{self, model_identity, LoadedCalibrator};
-use crate::embedder::Embedder;
 use crate::error::{Context, CoreError, Result};
-use crate::matrix_file::{MatrixReader, NpyWriter};
-use crate::progress::Progress;
-use crate::weighting::Weighting;
+use crate::runtime::calibration::{self, model_identity, LoadedCalibrator};
+use crate::runtime::embedder::Embedder;
+use crate::runtime::matrix_file::NpyWriter;
+use crate::runtime::progress::Progress;
+use crate::runtime::vector_input::{open_vectors, RowSource};
+use crate::runtime::weighting::Weighting;
 use bertflow_calib::{
     fit_from_moments, CalibSpec, Calibrator, CalibratorMeta, Fitted, MomentStats,
 };
@@ -24,7 +25,8 @@ pub const CHUNK_ROWS: usize = 4096;
 /// How to fit on an embedding file.
 #[derive(Debug, Clone)]
 pub struct ExternalFit {
-    /// The `.npy` or `.safetensors` matrix (one embedding per row).
+    /// The `.npy` or `.safetensors` matrix (one embedding per row), or
+    /// Parquet with an `embedding` column (Spark's output).
     pub input: PathBuf,
     /// What to fit.
     pub spec: CalibSpec,
@@ -56,7 +58,7 @@ pub(crate) fn fit_embeddings_keep(
 ) -> Result<(FitOutcome, Option<Array2<f32>>)> {
     check_sample(cfg.sample)?;
     let mut kept = None;
-    let mut reader = MatrixReader::open(&cfg.input)?;
+    let mut reader = open_vectors(&cfg.input)?;
     let (rows, cols) = (reader.rows(), reader.cols());
     let label = cfg.spec.to_string();
     let warnings: Vec<String>;
@@ -65,17 +67,9 @@ pub(crate) fn fit_embeddings_keep(
             let x = match cfg.sample {
                 Some(n) if n < rows => {
                     let idx = sample_indices(rows, n, sample_seed(spec));
-                    reader.read_rows(&idx)?
+                    reader.sample(&idx)?
                 }
-                _ => {
-                    let mut parts = Vec::new();
-                    while let Some(c) = reader.next_chunk(CHUNK_ROWS)? {
-                        parts.push(c);
-                    }
-                    let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
-                    ndarray::concatenate(ndarray::Axis(0), &views)
-                        .map_err(|e| CoreError::Input(e.to_string()))?
-                }
+                _ => read_all(&mut *reader)?,
             };
             let n = x.nrows();
             let (fitted, warned) = calibration::fit_checked(&cfg.spec, x.view(), &label, progress)?;
@@ -84,18 +78,9 @@ pub(crate) fn fit_embeddings_keep(
             (fitted, n)
         }
         spec => {
-            let stats = stream_moments(&mut reader, progress)?;
+            let stats = stream_moments(&mut *reader, progress)?;
             if keep {
-                let mut again = MatrixReader::open(&cfg.input)?;
-                let mut parts = Vec::new();
-                while let Some(c) = again.next_chunk(CHUNK_ROWS)? {
-                    parts.push(c);
-                }
-                let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
-                kept = Some(
-                    ndarray::concatenate(ndarray::Axis(0), &views)
-                        .map_err(|e| CoreError::Input(e.to_string()))?,
-                );
+                kept = Some(read_all(&mut *open_vectors(&cfg.input)?)?);
             }
             let fitted = fit_from_moments(spec, &stats)
                 .with_context(|| format!("fitting {spec} on {}", cfg.input.display()))?;
@@ -163,7 +148,7 @@ pub(crate) fn fit_sentences_keep(
     let w = weights.as_ref();
     let progress = &*embedder.progress;
     let label = spec.to_string();
-    let dim = crate::st_pipeline::dim(&embedder.encoder, pooling)?;
+    let dim = crate::runtime::st_pipeline::dim(&embedder.encoder, pooling)?;
     let warnings: Vec<String>;
     let (fitted, used) = match spec {
         spec if needs_rows(spec) => {
@@ -223,6 +208,7 @@ pub(crate) fn fit_sentences_keep(
     }
     meta.weighting = weights.map(|w| weighting.record(&w));
     meta.warnings = warnings;
+    meta.prompt = embedder.prompt.as_ref().map(|p| p.text.clone());
     Ok((FitOutcome { fitted, meta }, kept))
 }
 
@@ -245,11 +231,21 @@ fn sample_seed(spec: &CalibSpec) -> u64 {
     spec.seed().unwrap_or(42)
 }
 
+/// Every remaining row of `reader` in one matrix.
+fn read_all(reader: &mut dyn RowSource) -> Result<Array2<f32>> {
+    let mut parts = Vec::new();
+    while let Some((c, _)) = reader.next_rows(CHUNK_ROWS)? {
+        parts.push(c);
+    }
+    let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+    ndarray::concatenate(ndarray::Axis(0), &views).map_err(|e| CoreError::Input(e.to_string()))
+}
+
 /// Moment statistics of every row of the file, one chunk at a time.
-pub fn stream_moments(reader: &mut MatrixReader, progress: &dyn Progress) -> Result<MomentStats> {
+pub fn stream_moments(reader: &mut dyn RowSource, progress: &dyn Progress) -> Result<MomentStats> {
     let mut stats = MomentStats::new(reader.cols());
     let pb = progress.bar(reader.rows() as u64, "statistics", "rows");
-    while let Some(chunk) = reader.next_chunk(CHUNK_ROWS)? {
+    while let Some((chunk, _)) = reader.next_rows(CHUNK_ROWS)? {
         stats.update(chunk.view())?;
         pb.inc(chunk.nrows() as u64);
     }
@@ -285,7 +281,7 @@ pub fn transform_file(
             output.display()
         );
     }
-    let mut reader = MatrixReader::open(input)?;
+    let mut reader = open_vectors(input)?;
     let fitted = &calibrator.fitted;
     if reader.cols() != fitted.input_dim() {
         bail!(
@@ -298,7 +294,7 @@ pub fn transform_file(
     }
     let mut out = NpyWriter::create(output, reader.rows(), fitted.output_dim())?;
     let pb = progress.bar(reader.rows() as u64, "transform", "rows");
-    while let Some(chunk) = reader.next_chunk(CHUNK_ROWS)? {
+    while let Some((chunk, _)) = reader.next_rows(CHUNK_ROWS)? {
         let y = fitted.transform(chunk.view())?;
         out.write_chunk(y.view())?;
         pb.inc(chunk.nrows() as u64);

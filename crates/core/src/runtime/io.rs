@@ -294,7 +294,7 @@ pub fn write_embeddings(
 
 /// A NumPy .npy (format 1.0) of little-endian float32, C order.
 pub fn npy_bytes(m: &Array2<f32>) -> Vec<u8> {
-    let mut out = crate::matrix_file::npy_header_bytes(m.nrows(), m.ncols());
+    let mut out = crate::runtime::matrix_file::npy_header_bytes(m.nrows(), m.ncols());
     out.reserve(m.len() * 4);
     for v in m.iter() {
         out.extend_from_slice(&v.to_le_bytes());

@@ -7,9 +7,9 @@
 //! with the SIMD kernels of `bertflow_kernels::codes`.
 
 use crate::bail;
-use crate::calibration::LoadedCalibrator;
 use crate::error::{Context, Result};
-use crate::pipeline::Pipeline;
+use crate::runtime::calibration::LoadedCalibrator;
+use crate::runtime::pipeline::Pipeline;
 pub use bertflow_calib::quantize::{
     Codes, QuantKind, QuantSpec, Quantizer, Ranges, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT,
     QUANT_SYNOPSIS,
@@ -105,7 +105,7 @@ impl Output {
     /// `binary`) or uint8 (`uint8`, `ubinary`).
     pub fn npy_bytes(&self) -> Vec<u8> {
         let (descr, rows, cols, body): (&str, usize, usize, Vec<u8>) = match self {
-            Output::F32(m) => return crate::io::npy_bytes(m),
+            Output::F32(m) => return crate::runtime::io::npy_bytes(m),
             Output::I8(m) => (
                 "|i1",
                 m.nrows(),
@@ -120,7 +120,7 @@ impl Output {
                 (descr, packed.nrows(), packed.ncols(), body)
             }
         };
-        let mut out = crate::matrix_file::npy_header_descr(descr, rows, cols);
+        let mut out = crate::runtime::matrix_file::npy_header_descr(descr, rows, cols);
         out.extend_from_slice(&body);
         out
     }
@@ -135,7 +135,7 @@ pub fn fit_stage(fitted: &Fitted, x: ArrayView2<f32>, spec: &QuantSpec) -> Resul
 
 fn transform_chunks(fitted: &Fitted, x: ArrayView2<f32>) -> Result<Array2<f32>> {
     let mut parts = Vec::new();
-    for chunk in x.axis_chunks_iter(Axis(0), crate::fitting::CHUNK_ROWS) {
+    for chunk in x.axis_chunks_iter(Axis(0), crate::runtime::fitting::CHUNK_ROWS) {
         parts.push(fitted.transform(chunk)?);
     }
     let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
@@ -304,21 +304,21 @@ pub fn apply_for_scoring(c: &LoadedCalibrator, x: ArrayView2<f32>) -> Result<Arr
     }
 }
 
-/// [`crate::fitting::fit_embeddings`] followed by the quantizer `spec`
+/// [`crate::runtime::fitting::fit_embeddings`] followed by the quantizer `spec`
 /// fitted on the calibrated rows (every row of the file, or a flow's
 /// sample), recorded as the file's last stage. Keeps those rows in memory.
 pub fn fit_embeddings_quantized(
-    cfg: &crate::fitting::ExternalFit,
+    cfg: &crate::runtime::fitting::ExternalFit,
     spec: &QuantSpec,
-    progress: &dyn crate::progress::Progress,
-) -> Result<crate::fitting::FitOutcome> {
-    let (mut out, rows) = crate::fitting::fit_embeddings_keep(cfg, progress, true)?;
+    progress: &dyn crate::runtime::progress::Progress,
+) -> Result<crate::runtime::fitting::FitOutcome> {
+    let (mut out, rows) = crate::runtime::fitting::fit_embeddings_keep(cfg, progress, true)?;
     let rows = rows.expect("rows kept");
     out.meta.quantizer = Some(fit_stage(&out.fitted, rows.view(), spec)?);
     Ok(out)
 }
 
-/// [`crate::fitting::fit_sentences`] followed by the quantizer `spec`
+/// [`crate::runtime::fitting::fit_sentences`] followed by the quantizer `spec`
 /// fitted on the calibrated embeddings (every sentence's, or a flow's
 /// sample), recorded as the file's last stage. Keeps those embeddings in
 /// memory.
@@ -328,10 +328,10 @@ pub fn fit_sentences_quantized(
     pooling: &bertflow_encoder::Pooling,
     calib: &bertflow_calib::CalibSpec,
     sample: Option<usize>,
-    weighting: &crate::weighting::Weighting,
+    weighting: &crate::runtime::weighting::Weighting,
     spec: &QuantSpec,
-) -> Result<crate::fitting::FitOutcome> {
-    let (mut out, rows) = crate::fitting::fit_sentences_keep(
+) -> Result<crate::runtime::fitting::FitOutcome> {
+    let (mut out, rows) = crate::runtime::fitting::fit_sentences_keep(
         embedder, sentences, pooling, calib, sample, weighting, true,
     )?;
     let rows = rows.expect("rows kept");
@@ -339,17 +339,18 @@ pub fn fit_sentences_quantized(
     Ok(out)
 }
 
-/// [`crate::fitting::transform_file`], writing codes when the calibrator
+/// [`crate::runtime::fitting::transform_file`], writing codes when the calibrator
 /// file ends in a quantizer (the codes are collected in memory, then
 /// written as one `.npy`); returns (rows, dimension, what was written).
 pub fn transform_file_output(
     calibrator: &LoadedCalibrator,
     input: &Path,
     output: &Path,
-    progress: &dyn crate::progress::Progress,
+    progress: &dyn crate::runtime::progress::Progress,
 ) -> Result<(usize, usize, &'static str)> {
     let Some(q) = stage_of(calibrator) else {
-        let (rows, dim) = crate::fitting::transform_file(calibrator, input, output, progress)?;
+        let (rows, dim) =
+            crate::runtime::fitting::transform_file(calibrator, input, output, progress)?;
         return Ok((rows, dim, "float32"));
     };
     if output.extension().is_none_or(|e| e != "npy") {
@@ -359,7 +360,7 @@ pub fn transform_file_output(
             q.spec.kind.name()
         );
     }
-    let mut reader = crate::matrix_file::MatrixReader::open(input)?;
+    let mut reader = crate::runtime::vector_input::open_vectors(input)?;
     if reader.cols() != calibrator.fitted.input_dim() {
         bail!(
             "{} has {}-dimensional rows, the calibrator {} expects {}",
@@ -370,7 +371,7 @@ pub fn transform_file_output(
         );
     }
     let mut parts = Vec::new();
-    while let Some(chunk) = reader.next_chunk(crate::fitting::CHUNK_ROWS)? {
+    while let Some((chunk, _)) = reader.next_rows(crate::runtime::fitting::CHUNK_ROWS)? {
         let y = calibrator.apply(chunk.view())?;
         parts.push(q.quantize(y.view())?.bytes);
     }

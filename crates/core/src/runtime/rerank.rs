@@ -6,9 +6,9 @@
 //! Scores follow text-embeddings-inference's `/rerank`: the sigmoid of the
 //! model's one logit (its raw logit with `raw_scores`); a model of more than
 //! one label only predicts (raw logits per label).
-use crate::embedder::set_batch_size;
 use crate::error::{Context, CoreError, Result};
-use crate::progress::SharedProgress;
+use crate::runtime::embedder::set_batch_size;
+use crate::runtime::progress::SharedProgress;
 use bertflow_encoder::{CrossEncoder, EmbeddingCache, EncodeOptions, ModelFiles, Precision};
 use bertflow_encoder::{EncoderError, TuneOptions};
 
@@ -38,7 +38,7 @@ pub struct RerankerConfig {
     /// Pairs per forward pass (pairs are sorted by length first).
     #[cfg_attr(
         feature = "clap",
-        arg(long, default_value_t = crate::defaults::BATCH_SIZE, value_name = "N")
+        arg(long, default_value_t = crate::runtime::defaults::BATCH_SIZE, value_name = "N")
     )]
     pub batch_size: usize,
     /// Worker threads; each runs whole batches on one core [default:
@@ -53,9 +53,9 @@ pub struct RerankerConfig {
     /// classification head stays fp32).
     #[cfg_attr(
         feature = "clap",
-        arg(long, default_value_t = crate::defaults::precision().unwrap_or_default(), value_parser = crate::parse::parse_precision)
+        arg(long, default_value_t = crate::runtime::defaults::precision().unwrap_or_default(), value_parser = crate::runtime::parse::parse_precision)
     )]
-    #[serde(with = "crate::parse::as_str")]
+    #[serde(with = "crate::runtime::parse::as_str")]
     pub precision: Precision,
 }
 
@@ -64,10 +64,10 @@ impl Default for RerankerConfig {
         Self {
             model: String::new(),
             max_len: None,
-            batch_size: crate::defaults::BATCH_SIZE,
+            batch_size: crate::runtime::defaults::BATCH_SIZE,
             threads: None,
             cache_dir: None,
-            precision: crate::defaults::precision().unwrap_or_default(),
+            precision: crate::runtime::defaults::precision().unwrap_or_default(),
         }
     }
 }
@@ -85,7 +85,7 @@ impl RerankerConfig {
     /// embedding model (no classification head); the kernels' notes go to
     /// `progress`.
     pub fn open(&self, progress: SharedProgress) -> Result<Reranker> {
-        crate::defaults::precision()?;
+        crate::runtime::defaults::precision()?;
         if self.model.trim().is_empty() {
             return Err(CoreError::setting("model", "no reranker given"));
         }
@@ -99,7 +99,7 @@ impl RerankerConfig {
         }
         let mut opts = EncodeOptions::default();
         set_batch_size(&mut opts, self.batch_size)?;
-        if let Some(t) = crate::defaults::threads(self.threads)? {
+        if let Some(t) = crate::runtime::defaults::threads(self.threads)? {
             opts.threads = t;
         }
         let cache_dir = self

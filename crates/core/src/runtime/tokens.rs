@@ -6,13 +6,13 @@
 use bertflow_encoder::{EncodeOptions, PoolSource};
 
 use crate::error::Result;
-use crate::pipeline::{Batch, Pipeline};
+use crate::runtime::pipeline::{Batch, Pipeline};
 
 impl Pipeline {
     /// The pooling as the encoder runs it, for [`Pipeline::embed_ids`]; an
     /// `st` pooling reads its directory, so build it once and keep it.
     pub fn ids_source(&self) -> Result<PoolSource> {
-        crate::st_pipeline::source(self.encoder(), self.pooling())
+        crate::runtime::st_pipeline::source(self.encoder(), self.pooling())
     }
 
     /// The raw (uncalibrated) embeddings of inputs given as token ids, used as

@@ -1,16 +1,25 @@
 //! Vectors made elsewhere, read chunk by chunk for `index build|add
-//! --vectors` and the Python `Index`: a `.npy` / `.safetensors` matrix
-//! ([`MatrixReader`]), a matrix in memory, or Parquet written by the Spark job
-//! (a text column and an `array<float>` embedding column; a folder of part
-//! files is read in name order).
+//! --vectors`, `fit --embeddings`, `transform` and the Python `Index`: a
+//! `.npy` / `.safetensors` matrix ([`MatrixReader`]), a matrix in memory, or
+//! Parquet (feature `parquet`) as Spark writes it: a folder of part files
+//! (read in name order; `_SUCCESS` and other `_`/`.` files skipped) or one
+//! file, with a text column and an `array<float>` or `array<double>`
+//! embedding column, required or optional, in any order among other columns,
+//! under any root name (`spark_schema`, pyarrow's `schema`), snappy, zstd or
+//! uncompressed.
 use crate::error::{CoreError, Result};
-use crate::matrix_file::MatrixReader;
+use crate::runtime::matrix_file::MatrixReader;
 use ndarray::{Array2, ArrayView2};
-use parquet::file::reader::{FileReader, SerializedFileReader};
-use parquet::record::reader::RowIter;
-use parquet::record::Field;
-use parquet::schema::types::Type;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "parquet")]
+use {
+    parquet::file::reader::{FileReader, SerializedFileReader},
+    parquet::record::reader::RowIter,
+    parquet::record::Field,
+    parquet::schema::types::Type,
+    sha2::{Digest, Sha256},
+    std::path::PathBuf,
+};
 
 /// The Spark job's text column (`python -m bertflow.spark --text-col`).
 pub const PARQUET_TEXT_COLUMN: &str = "text";
@@ -32,6 +41,12 @@ pub trait RowSource {
     /// The rows `indices` (increasing), read without moving the position of
     /// `next_rows` (used before the first `next_rows`).
     fn sample(&mut self, indices: &[usize]) -> Result<Array2<f32>>;
+    /// The input's identity for a calibrator file (see
+    /// [`crate::matrix_file::matrix_fingerprint`]) once every row has been read
+    /// in order, without a sample; else `None`.
+    fn fingerprint(&self) -> Option<String> {
+        None
+    }
 }
 
 impl RowSource for MatrixReader {
@@ -46,6 +61,9 @@ impl RowSource for MatrixReader {
     }
     fn sample(&mut self, indices: &[usize]) -> Result<Array2<f32>> {
         self.read_rows(indices)
+    }
+    fn fingerprint(&self) -> Option<String> {
+        MatrixReader::fingerprint(self)
     }
 }
 
@@ -87,11 +105,13 @@ impl RowSource for MemoryRows<'_> {
 }
 
 /// Parquet files (one, or a folder's `*.parquet` part files in name order)
-/// read row by row: a string column of sentences and a list-of-float (or
-/// double) column of vectors, every row of the same length.
+/// read row by row: a string column of sentences (optional: see
+/// [`ParquetRows::open_vectors`]) and a list-of-float (or double) column of
+/// vectors, every row of the same length.
+#[cfg(feature = "parquet")]
 pub struct ParquetRows {
     files: Vec<PathBuf>,
-    text: String,
+    text: Option<String>,
     vector: String,
     rows: usize,
     cols: usize,
@@ -99,6 +119,9 @@ pub struct ParquetRows {
     current: Option<(usize, RowIter<'static>)>,
     next_file: usize,
     next_row: usize,
+    /// SHA-256 of the rows read in order (as [`crate::matrix_file::matrix_fingerprint`]);
+    /// dropped by a sample.
+    hasher: Option<Sha256>,
 }
 
 fn bad(path: &Path, why: impl std::fmt::Display) -> CoreError {
@@ -106,6 +129,7 @@ fn bad(path: &Path, why: impl std::fmt::Display) -> CoreError {
 }
 
 /// The part files of a Spark output folder, or the file itself.
+#[cfg(feature = "parquet")]
 fn parquet_files(path: &Path) -> Result<Vec<PathBuf>> {
     if !path.is_dir() {
         return Ok(vec![path.to_path_buf()]);
@@ -125,16 +149,20 @@ fn parquet_files(path: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The columns `text` and `vector` of `path`'s schema, checked: a string
-/// and a list.
+/// The columns `text` (when given) and `vector` of `path`'s schema,
+/// checked (a string and a list), as a projection the record reader accepts:
+/// under the file's own root name (Spark's `spark_schema`, pyarrow's
+/// `schema`), since the reader compares the root names too.
+#[cfg(feature = "parquet")]
 fn projection(
     path: &Path,
     reader: &SerializedFileReader<std::fs::File>,
-    text: &str,
+    text: Option<&str>,
     vector: &str,
 ) -> Result<Type> {
     let schema = reader.metadata().file_metadata().schema_descr();
-    let fields = schema.root_schema().get_fields();
+    let root = schema.root_schema();
+    let fields = root.get_fields();
     let find = |name: &str| {
         fields
             .iter()
@@ -148,9 +176,14 @@ fn projection(
                 )
             })
     };
-    let (t, v) = (find(text)?, find(vector)?);
-    if !t.is_primitive() || t.get_physical_type() != parquet::basic::Type::BYTE_ARRAY {
-        return Err(bad(path, format!("column {text:?} is not a string column")));
+    let v = find(vector)?;
+    let mut columns = Vec::with_capacity(2);
+    if let Some(text) = text {
+        let t = find(text)?;
+        if !t.is_primitive() || t.get_physical_type() != parquet::basic::Type::BYTE_ARRAY {
+            return Err(bad(path, format!("column {text:?} is not a string column")));
+        }
+        columns.push(t);
     }
     if v.is_primitive() {
         return Err(bad(
@@ -158,14 +191,16 @@ fn projection(
             format!("column {vector:?} is not a list of floats (array<float>)"),
         ));
     }
-    Type::group_type_builder("schema")
-        .with_fields(vec![t, v])
+    columns.push(v);
+    Type::group_type_builder(root.name())
+        .with_fields(columns)
         .build()
         .map_err(|e| bad(path, e))
 }
 
 /// `f()`, with a panic of the parquet crate (it panics on some damaged
 /// metadata) turned into an error naming `path`: outside bytes never panic.
+#[cfg(feature = "parquet")]
 fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
         bad(
@@ -175,17 +210,29 @@ fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
     })
 }
 
+#[cfg(feature = "parquet")]
 fn open_parquet(path: &Path) -> Result<SerializedFileReader<std::fs::File>> {
     let file = std::fs::File::open(path).map_err(CoreError::io("open", path))?;
     guarded(path, || SerializedFileReader::new(file))?
         .map_err(|e| bad(path, format!("not a readable Parquet file ({e})")))
 }
 
+#[cfg(feature = "parquet")]
 impl ParquetRows {
     /// Opens `path` (a file or a folder of part files), reading sentences
     /// from the column `text` and vectors from `vector`; the row length is
     /// that of the first row.
     pub fn open(path: &Path, text: &str, vector: &str) -> Result<Self> {
+        Self::open_columns(path, Some(text), vector)
+    }
+
+    /// Opens `path` for its vectors alone (`fit --embeddings`, `transform`):
+    /// `next_rows` gives no sentences.
+    pub fn open_vectors(path: &Path, vector: &str) -> Result<Self> {
+        Self::open_columns(path, None, vector)
+    }
+
+    fn open_columns(path: &Path, text: Option<&str>, vector: &str) -> Result<Self> {
         let files = parquet_files(path)?;
         let mut rows = 0usize;
         for f in &files {
@@ -199,13 +246,14 @@ impl ParquetRows {
         }
         let mut me = ParquetRows {
             files,
-            text: text.to_owned(),
+            text: text.map(str::to_owned),
             vector: vector.to_owned(),
             rows,
             cols: 0,
             current: None,
             next_file: 0,
             next_row: 0,
+            hasher: None,
         };
         let (first, _) = me.next_row()?.ok_or_else(|| bad(path, "no rows"))?;
         me.cols = first.len();
@@ -216,6 +264,9 @@ impl ParquetRows {
             ));
         }
         me.rewind();
+        let mut hasher = Sha256::new();
+        hasher.update(format!("{}x{}:F32", me.rows, me.cols).as_bytes());
+        me.hasher = Some(hasher);
         Ok(me)
     }
 
@@ -225,7 +276,7 @@ impl ParquetRows {
         self.next_row = 0;
     }
 
-    /// The next row's vector and sentence.
+    /// The next row's vector and sentence (empty without a text column).
     fn next_row(&mut self) -> Result<Option<(Vec<f32>, String)>> {
         loop {
             if self.current.is_none() {
@@ -233,7 +284,7 @@ impl ParquetRows {
                     return Ok(None);
                 };
                 let reader = open_parquet(f)?;
-                let proj = projection(f, &reader, &self.text, &self.vector)?;
+                let proj = projection(f, &reader, self.text.as_deref(), &self.vector)?;
                 let iter = guarded(f, || {
                     RowIter::from_file_into(Box::new(reader)).project(Some(proj))
                 })?
@@ -252,9 +303,9 @@ impl ParquetRows {
             };
             let row = row.map_err(|e| bad(path, format!("row {}: {e}", self.next_row)))?;
             let i = self.next_row;
-            let (mut text, mut vector) = (None, None);
+            let (mut text, mut vector) = (self.text.is_none().then(String::new), None);
             for (name, field) in row.into_columns() {
-                if name == self.text {
+                if self.text.as_deref() == Some(name.as_str()) {
                     text = Some(match field {
                         Field::Str(s) => s,
                         Field::Null => String::new(),
@@ -282,6 +333,15 @@ impl ParquetRows {
                     ),
                 ));
             }
+            if let Some(j) = vector.iter().position(|v| !v.is_finite()) {
+                return Err(bad(
+                    path,
+                    format!(
+                        "row {i}: column {:?} holds {} at {j} (every value must be finite)",
+                        self.vector, vector[j]
+                    ),
+                ));
+            }
             self.next_row += 1;
             return Ok(Some((vector, text)));
         }
@@ -290,6 +350,7 @@ impl ParquetRows {
 
 /// The floats of a list field (a null is an error: the Spark job writes a
 /// null embedding for a null text, which an index cannot hold).
+#[cfg(feature = "parquet")]
 fn floats(path: &Path, row: usize, name: &str, field: Field) -> Result<Vec<f32>> {
     let list = match field {
         Field::ListInternal(list) => list,
@@ -321,6 +382,7 @@ fn floats(path: &Path, row: usize, name: &str, field: Field) -> Result<Vec<f32>>
         .collect()
 }
 
+#[cfg(feature = "parquet")]
 impl RowSource for ParquetRows {
     fn rows(&self) -> usize {
         self.rows
@@ -335,6 +397,11 @@ impl RowSource for ParquetRows {
             let Some((v, t)) = self.next_row()? else {
                 break;
             };
+            if let Some(h) = &mut self.hasher {
+                for x in &v {
+                    h.update(x.to_le_bytes());
+                }
+            }
             flat.extend_from_slice(&v);
             texts.push(t);
         }
@@ -349,9 +416,11 @@ impl RowSource for ParquetRows {
         }
         let m = Array2::from_shape_vec((texts.len(), self.cols), flat)
             .map_err(|e| CoreError::Input(e.to_string()))?;
-        Ok(Some((m, Some(texts))))
+        Ok(Some((m, self.text.is_some().then_some(texts))))
     }
     fn sample(&mut self, indices: &[usize]) -> Result<Array2<f32>> {
+        // Sampling breaks the sequential fingerprint.
+        self.hasher = None;
         self.rewind();
         let mut flat = Vec::with_capacity(indices.len() * self.cols);
         for &want in indices {
@@ -367,6 +436,13 @@ impl RowSource for ParquetRows {
         Array2::from_shape_vec((indices.len(), self.cols), flat)
             .map_err(|e| CoreError::Input(e.to_string()))
     }
+    fn fingerprint(&self) -> Option<String> {
+        if self.next_row < self.rows {
+            return None;
+        }
+        let digest = self.hasher.clone()?.finalize();
+        Some(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
+    }
 }
 
 /// Whether `path` names Parquet: a `.parquet` file or a folder (Spark's output).
@@ -377,9 +453,35 @@ pub fn is_parquet(path: &Path) -> bool {
 /// The reader of a vectors file: Parquet (by [`is_parquet`]) with the given
 /// columns, else `.npy` / `.safetensors`.
 pub fn open_rows(path: &Path, text: &str, vector: &str) -> Result<Box<dyn RowSource>> {
-    Ok(if is_parquet(path) {
-        Box::new(ParquetRows::open(path, text, vector)?)
-    } else {
-        Box::new(MatrixReader::open(path)?)
-    })
+    if is_parquet(path) {
+        return open_parquet_rows(path, Some(text), vector);
+    }
+    Ok(Box::new(MatrixReader::open(path)?))
+}
+
+/// The reader of an embedding matrix without sentences (`fit --embeddings`,
+/// `transform`): a `.npy` / `.safetensors` file, or Parquet's
+/// [`PARQUET_VECTOR_COLUMN`].
+pub fn open_vectors(path: &Path) -> Result<Box<dyn RowSource>> {
+    if is_parquet(path) {
+        return open_parquet_rows(path, None, PARQUET_VECTOR_COLUMN);
+    }
+    Ok(Box::new(MatrixReader::open(path)?))
+}
+
+#[cfg(feature = "parquet")]
+fn open_parquet_rows(path: &Path, text: Option<&str>, vector: &str) -> Result<Box<dyn RowSource>> {
+    Ok(Box::new(ParquetRows::open_columns(path, text, vector)?))
+}
+
+#[cfg(not(feature = "parquet"))]
+fn open_parquet_rows(
+    path: &Path,
+    _text: Option<&str>,
+    _vector: &str,
+) -> Result<Box<dyn RowSource>> {
+    Err(bad(
+        path,
+        "Parquet input needs bertflow-core's `parquet` feature",
+    ))
 }

@@ -22,9 +22,9 @@ pub struct Weighting {
     /// it (weights included), and encode, eval and serve apply it.
     #[cfg_attr(
         feature = "clap",
-        arg(id = "weighting", long = "weighting", default_value = "mean", value_name = "SPEC", value_parser = crate::parse::parse_weighting)
+        arg(id = "weighting", long = "weighting", default_value = "mean", value_name = "SPEC", value_parser = crate::runtime::parse::parse_weighting)
     )]
-    #[serde(rename = "weighting", with = "crate::parse::as_str")]
+    #[serde(rename = "weighting", with = "crate::runtime::parse::as_str")]
     pub spec: WeightingSpec,
     /// Word-piece frequencies for --weighting: one `piece<TAB>count` line per word
     /// piece of the model's vocabulary (pieces it lacks are skipped), and
@@ -133,7 +133,7 @@ impl Weighting {
     pub fn check_pooling(&self, enc: &Encoder, pooling: &Pooling) -> Result<()> {
         if !self.is_plain_mean()
             && !matches!(
-                crate::st_pipeline::source(enc, pooling)?,
+                crate::runtime::st_pipeline::source(enc, pooling)?,
                 PoolSource::Mean(_)
             )
         {

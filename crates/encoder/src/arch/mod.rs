@@ -18,11 +18,14 @@ use serde::Deserialize;
 pub mod bert;
 pub mod deberta;
 pub mod distilbert;
+pub mod eurobert;
+pub mod gemma3;
 pub mod gte;
 pub mod jina;
 pub mod modernbert;
 pub mod mpnet;
 pub mod nomic;
+pub mod qwen3;
 pub mod roberta;
 
 impl Architecture {
@@ -37,6 +40,9 @@ impl Architecture {
             Architecture::DistilBert => distilbert::parse_config(model_type, raw),
             Architecture::MpNet => mpnet::parse_config(model_type, raw),
             Architecture::ModernBert => modernbert::parse_config(model_type, raw),
+            Architecture::Qwen3 => qwen3::parse_config(model_type, raw),
+            Architecture::Gemma3 => gemma3::parse_config(model_type, raw),
+            Architecture::EuroBert => eurobert::parse_config(model_type, raw),
             Architecture::Gte => gte::parse_config(model_type, raw),
             Architecture::NomicBert => nomic::parse_config(model_type, raw),
             Architecture::DebertaV2 => deberta::parse_config(model_type, raw),
@@ -51,6 +57,9 @@ impl Architecture {
             Architecture::DistilBert => distilbert::load(w, cfg),
             Architecture::MpNet => mpnet::load(w, cfg),
             Architecture::ModernBert => modernbert::load(w, cfg),
+            Architecture::Qwen3 => qwen3::load(w, cfg),
+            Architecture::Gemma3 => gemma3::load(w, cfg),
+            Architecture::EuroBert => eurobert::load(w, cfg),
             Architecture::Gte => gte::load(w, cfg),
             Architecture::NomicBert => nomic::load(w, cfg),
             Architecture::DebertaV2 => deberta::load(w, cfg),

@@ -263,7 +263,7 @@ pub(crate) fn load(w: &Weights, cfg: &ModelConfig) -> Result<ModelParts> {
         position: Vec::new(),
         positions: Positions::None,
         token_type: None,
-        ln: norm("embeddings.norm")?,
+        ln: Some(norm("embeddings.norm")?),
     };
     Ok(ModelParts {
         embeddings,
@@ -331,6 +331,7 @@ impl Block for ModernBertBlock {
         let opts = AttnOpts {
             bias: None,
             window: self.window,
+            causal: false,
         };
         attention(qkv, pass.lens, shape, opts, ctx, scores).map_err(kernel_err)?;
         // h1 = x + Wo ctx

@@ -273,6 +273,7 @@ impl super::Block for PostNormBlock {
         let opts = AttnOpts {
             bias: pass.bias,
             window: None,
+            causal: false,
         };
         attention(qkv, pass.lens, pass.shape, opts, ctx, scores).map_err(kernel_err)?;
         self.attn_out
@@ -326,7 +327,7 @@ impl Embeddings {
         t: usize,
         out: &mut [f32],
     ) -> Result<()> {
-        let h = self.ln.w.len();
+        let h = out.len() / ids.len().max(1);
         let n_pos = self.position.len() / h.max(1);
         for (s, (sent, rows)) in ids
             .chunks_exact(t)
@@ -369,7 +370,10 @@ impl Embeddings {
                 }
             }
         }
-        layer_norm(out, &self.ln.w, &self.ln.b, self.ln.eps).map_err(kernel_err)
+        match &self.ln {
+            Some(ln) => layer_norm(out, &ln.w, &ln.b, ln.eps).map_err(kernel_err),
+            None => Ok(()),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use crate::weights::Weights;
 use bertflow_kernels::fp32::Path;
 use bertflow_kernels::{Isa, PackedLinear, QuantLinear};
 
+pub(crate) mod decoder;
 mod host;
 pub use host::Workspace;
 pub(crate) use host::{Pass, Scratch};
@@ -137,7 +138,8 @@ pub(crate) enum Positions {
 }
 
 /// The embedding layer: word + position (unless [`Positions::None`]) + token
-/// type (0 unless a pass names others), then LayerNorm.
+/// type (0 unless a pass names others), then LayerNorm (where the model has one:
+/// decoder-style models have none).
 pub(crate) struct Embeddings {
     /// `[vocab, hidden]`
     pub(crate) word: Vec<f32>,
@@ -146,7 +148,7 @@ pub(crate) struct Embeddings {
     pub(crate) positions: Positions,
     /// The token-type table `[type_vocab_size, hidden]`, where the model has one.
     pub(crate) token_type: Option<Vec<f32>>,
-    pub(crate) ln: LayerNorm,
+    pub(crate) ln: Option<LayerNorm>,
 }
 
 impl Embeddings {
@@ -174,7 +176,12 @@ impl Embeddings {
             )?,
             positions,
             token_type,
-            ln: LayerNorm::load(w, "embeddings.LayerNorm", h, cfg.layer_norm_eps)?,
+            ln: Some(LayerNorm::load(
+                w,
+                "embeddings.LayerNorm",
+                h,
+                cfg.layer_norm_eps,
+            )?),
         })
     }
 }

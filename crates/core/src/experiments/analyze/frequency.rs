@@ -1,7 +1,7 @@
 //! Word-piece frequency against the model's static word embeddings.
 use super::AnalysisOptions;
-use crate::embedder::Embedder;
 use crate::error::{CoreError, Result};
+use crate::runtime::embedder::Embedder;
 use bertflow_analysis::{frequency_geometry, FrequencyConfig, FrequencyGeometry};
 use bertflow_eval::{dedup_preserving_order, fit_sentences, FitCorpus, Task};
 
@@ -19,7 +19,8 @@ pub struct FrequencyResult {
 pub fn frequency(embedder: &Embedder, opts: &AnalysisOptions) -> Result<FrequencyResult> {
     let (sentences, corpus) = match &opts.freq_corpus {
         Some(p) => {
-            let input = crate::io::read_sentences(p, false, crate::io::EmptyLines::Skip)?;
+            let input =
+                crate::runtime::io::read_sentences(p, false, crate::runtime::io::EmptyLines::Skip)?;
             (input.texts, p.display().to_string())
         }
         None => {

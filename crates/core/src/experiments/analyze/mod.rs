@@ -15,10 +15,10 @@
 //!   the seven STS tasks, all splits, deduplicated); the model's word-embedding matrix.
 //!
 //! The functions here are shared by `bertflow analyze` and `bertflow report`.
-use crate::calibration;
-use crate::embedder::Embedder;
 use crate::error::{Context, Result};
-use crate::grid::FitOn;
+use crate::experiments::grid::FitOn;
+use crate::runtime::calibration;
+use crate::runtime::embedder::Embedder;
 use bertflow_analysis::{
     alignment_uniformity, anisotropy, char_tokens, edit_distance, lexical_bias, spectrum,
     word_tokens, AlignmentUniformity, Anisotropy, LexicalBias, Spectrum, UniformityMode,
@@ -79,14 +79,15 @@ impl EditUnit {
 pub struct Kinds(pub Vec<CalibSpec>);
 
 /// Parses a list of calibrator specs by the rule of every list
-/// ([`crate::parse::spec_list`], the same as compare's `--kinds`), then puts
+/// ([`crate::runtime::parse::spec_list`], the same as compare's `--kinds`), then puts
 /// `none`, the baseline every analysis compares against, in front when it is
 /// not listed.
 pub fn parse_kinds(s: &str) -> Result<Kinds, String> {
-    let listed = crate::parse::spec_list::<CalibSpec>("kinds", s).map_err(|e| match e {
-        crate::CoreError::Setting { message, .. } => message,
-        e => e.to_string(),
-    })?;
+    let listed =
+        crate::runtime::parse::spec_list::<CalibSpec>("kinds", s).map_err(|e| match e {
+            crate::CoreError::Setting { message, .. } => message,
+            e => e.to_string(),
+        })?;
     let mut specs: Vec<CalibSpec> = listed.into_iter().map(|(spec, _)| spec).collect();
     if let Some(i) = specs.iter().position(|s| s.is_none()) {
         let none = specs.remove(i);
@@ -136,7 +137,7 @@ impl AnalysisOptions {
 impl Default for AnalysisOptions {
     fn default() -> Self {
         Self {
-            data_dir: crate::defaults::data_dir(None),
+            data_dir: crate::runtime::defaults::data_dir(None),
             kinds: parse_kinds("none,flow,whiten").expect("valid default kinds"),
             on: FitOn::Target,
             edit_unit: EditUnit::Wordpiece,
@@ -208,7 +209,11 @@ impl StsbData {
                 (Some(v), d)
             }
             FitOn::File(p) => {
-                let input = crate::io::read_sentences(p, false, crate::io::EmptyLines::Skip)?;
+                let input = crate::runtime::io::read_sentences(
+                    p,
+                    false,
+                    crate::runtime::io::EmptyLines::Skip,
+                )?;
                 let v = dedup_preserving_order(input.texts);
                 let d = format!("{} ({} distinct sentences)", p.display(), v.len());
                 (Some(v), d)

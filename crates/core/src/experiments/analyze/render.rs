@@ -1,7 +1,7 @@
 //! Labels, figures, JSON and the readable summary of the analyses.
 use super::{FrequencyResult, PoolingResult, StsbData};
 use crate::error::{CoreError, Result};
-use crate::progress::Progress;
+use crate::runtime::progress::Progress;
 use bertflow_analysis::{
     norm_vs_rank_figure, render_png, render_svg, similarity_vs_edit_figure,
     similarity_vs_gold_figure, spectrum_figure, ReportFigure, Spectrum,

@@ -2,7 +2,7 @@
 //! batch-1 latency on STS-B test.
 use super::{best_median, cores, cpu_model, quantile, warn_if_busy, STSB_TEST_UNIQUE};
 use crate::error::{Context, Result};
-use crate::progress::Progress;
+use crate::runtime::progress::Progress;
 use crate::CoreError;
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
 use bertflow_eval::{load_task, unique_sentences, Task};
@@ -139,7 +139,7 @@ pub fn bench_encode(
         model_id = enc.model_id().to_string();
         kernels = enc.kernels().describe();
         flop_per_token = linear_flop_per_token(&enc);
-        let sources = [crate::st_pipeline::source(&enc, &cfg.pooling)?];
+        let sources = [crate::runtime::st_pipeline::source(&enc, &cfg.pooling)?];
         tokens = texts
             .iter()
             .map(|t| enc.tokenize(t).map(|(ids, _)| ids.len()))

@@ -2,7 +2,7 @@
 //! flow) on the deduplicated fit corpus of all seven tasks.
 use super::{best_median, cpu_model, thread_cpu_seconds, warn_if_busy, FIT_CORPUS_UNIQUE};
 use crate::error::{Context, Result};
-use crate::progress::Progress;
+use crate::runtime::progress::Progress;
 use crate::Embedder;
 use bertflow_calib::{CalibSpec, FitOptions, Fitted};
 use bertflow_encoder::Pooling;

@@ -13,7 +13,7 @@ pub use encode::{
 pub use flow::{bench_flow, FlowBench, FlowBenchReport, FlowRun};
 pub use tune::{bench_tune, PeakRow, TuneBench, TuneReport, TuneRow, TuneTotal};
 
-use crate::progress::Progress;
+use crate::runtime::progress::Progress;
 
 /// Unique sentences of STS-B test after whitespace normalisation (2,552 raw
 /// strings: "A  man is dancing." with two spaces is the 2,552nd).

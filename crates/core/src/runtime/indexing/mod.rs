@@ -3,9 +3,9 @@
 //! checksummed file ([`bertflow_index`]) that `serve --index` memory-maps, and an
 //! optional HNSW graph next to it.
 use crate::error::{Context, Result};
-use crate::pipeline::Pipeline;
-use crate::progress::Progress;
-use crate::quantize::{QuantKind, QuantSpec, Quantizer, Ranges};
+use crate::runtime::pipeline::Pipeline;
+use crate::runtime::progress::Progress;
+use crate::runtime::quantize::{QuantKind, QuantSpec, Quantizer, Ranges};
 use bertflow_index::{Ann, AnnParams, CodeKind, Identity, Index, IndexWriter, Quantization};
 use ndarray::{Array2, ArrayView2};
 use std::path::Path;
@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 mod vectors;
 
-pub use crate::vector_input::{open_rows, RowSource, PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN};
+pub use crate::runtime::vector_input::{
+    open_rows, RowSource, PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
+};
 pub use vectors::{
     build_index_from_rows, build_index_from_vectors, check_declared, check_vectors_file,
     declared_settings, external_identity, write_vectors, VectorsInput, EXTERNAL_MODEL,
@@ -35,8 +37,10 @@ pub fn embed_into_index(
         .bar(texts.len() as u64, "embedding the corpus", "sentences");
     let mut done = 0;
     for part in texts.chunks(chunk.max(1)) {
+        // The pipeline's default prompt, as every front end embeds.
+        let prompted = pipeline.prompt_texts(part.to_vec(), None)?;
         let raw = pipeline
-            .embed_batch(part, &embedder.opts)
+            .embed_batch(&prompted, &embedder.opts)
             .context("encoding the corpus failed")?
             .vectors;
         let vectors = pipeline.calibrate(raw)?;
@@ -277,7 +281,7 @@ impl<'a> QuantizeWith<'a> {
     pub fn of(pipeline: &'a Pipeline, spec: Option<&'a QuantSpec>) -> Result<Self> {
         let stage = pipeline
             .calibrator()
-            .and_then(|c| crate::quantize::stage_of(c).map(|q| (c, q)));
+            .and_then(|c| crate::runtime::quantize::stage_of(c).map(|q| (c, q)));
         Ok(match (spec, stage) {
             (Some(spec), Some((c, q))) => {
                 return Err(crate::CoreError::setting(

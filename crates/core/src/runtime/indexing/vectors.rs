@@ -4,9 +4,9 @@
 //! build asks. Re-exported from [`super`].
 use super::{create_writer, QuantizeWith, QUANTIZER_FIT_ROWS};
 use crate::error::Result;
-use crate::pipeline::Pipeline;
-use crate::progress::Progress;
-use crate::vector_input::{open_rows, RowSource};
+use crate::runtime::pipeline::Pipeline;
+use crate::runtime::progress::Progress;
+use crate::runtime::vector_input::{open_rows, RowSource};
 use bertflow_index::{Identity, IndexWriter};
 use ndarray::Array2;
 use std::path::Path;
