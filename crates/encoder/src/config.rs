@@ -81,7 +81,11 @@ impl ModelConfig {
         }
         // An architecture with token types (BERT) names their count; 0 would
         // leave the token-type table empty.
-        if self.raw.get("type_vocab_size").is_some() && self.type_vocab_size == 0 {
+        // (DeBERTa-v2 says 0 for none.)
+        if self.raw.get("type_vocab_size").is_some()
+            && self.type_vocab_size == 0
+            && self.architecture != Architecture::DebertaV2
+        {
             return Err("type_vocab_size must be at least 1".into());
         }
         if self.max_tokens < 2 {
