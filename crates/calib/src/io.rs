@@ -85,6 +85,12 @@ pub struct CalibratorMeta {
     /// output (its scales and rotation are tensors named `quantizer.*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantizer: Option<crate::Quantizer>,
+    /// The prompt prepended to every sentence of the fit (its text; absent:
+    /// none, as in files written before prompts existed): vectors made with
+    /// another prompt are refused like another pooling
+    /// ([`check_compatible_prompted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 /// The tensor holding [`WeightingMeta::weights`] in a calibrator file.
@@ -143,6 +149,7 @@ impl CalibratorMeta {
             sampled_from: None,
             warnings: Vec::new(),
             quantizer: None,
+            prompt: None,
         }
     }
 
@@ -174,6 +181,7 @@ impl CalibratorMeta {
             Some((identity, pooling)) => {
                 let mut m = Self::new(identity, pooling, self.input_dim, self.fit_corpus_size);
                 m.external = None;
+                m.prompt = self.prompt.clone();
                 m
             }
             None => {
@@ -209,44 +217,7 @@ impl CalibratorMeta {
     }
 }
 
-/// Checks that a saved calibrator can be applied to embeddings from `model`
-/// with `pooling` and dimension `dim`. A dimension mismatch is always an
-/// error; a model or pooling mismatch is an error unless `allow_mismatch`,
-/// in which case the tolerated mismatches are returned (for a warning).
-pub fn check_compatible(
-    meta: &CalibratorMeta,
-    model: &str,
-    pooling: &str,
-    dim: usize,
-    allow_mismatch: bool,
-) -> Result<Vec<String>> {
-    if meta.input_dim != dim {
-        return Err(CalibError::Incompatible(format!(
-            "the calibrator was fitted on {}-dimensional embeddings, these have {dim}",
-            meta.input_dim
-        )));
-    }
-    let mut mismatches = Vec::new();
-    if meta.model != model {
-        mismatches.push(format!(
-            "the calibrator was fitted on embeddings of model {:?}, not {model:?}",
-            meta.model
-        ));
-    }
-    if meta.pooling != pooling {
-        mismatches.push(format!(
-            "the calibrator was fitted with pooling {:?}, not {pooling:?}",
-            meta.pooling
-        ));
-    }
-    if !mismatches.is_empty() && !allow_mismatch {
-        return Err(CalibError::Incompatible(format!(
-            "{} (allow the mismatch to use it anyway)",
-            mismatches.join("; ")
-        )));
-    }
-    Ok(mismatches)
-}
+pub use crate::compat::{check_compatible, check_compatible_prompted};
 
 #[derive(Serialize)]
 struct FileHeaderRef<'a> {

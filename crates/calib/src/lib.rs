@@ -51,6 +51,7 @@
 mod advise;
 mod affine;
 mod auto;
+mod compat;
 pub mod error;
 mod fit;
 mod flow;
@@ -79,8 +80,8 @@ pub use error::{CalibError, Result};
 pub use fit::{fit, fit_from_moments};
 pub use flow::Flow;
 pub use io::{
-    check_compatible, CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING,
-    FORMAT_VERSION, METADATA_KEY, QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
+    check_compatible, check_compatible_prompted, CalibratorMeta, ExternalInput, WeightingMeta,
+    EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY, QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{MomentStats, MOMENT_BLOCK};

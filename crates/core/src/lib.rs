@@ -22,7 +22,8 @@
 //! - [`rerank`]: rerankers (cross-encoders) scoring a query against texts
 //!   ([`RerankerConfig`], [`Reranker`]);
 //! - [`io`]: sentences in, embeddings out (`.npy`, `.jsonl`, `.safetensors`);
-//! - [`progress`]: how workflows report progress without printing.
+//! - [`progress`]: how workflows report progress without printing;
+//! - [`prompt`]: the prompt before every text, one rule for every front end.
 //!
 //! Errors are one enum, [`CoreError`]; nothing here prints or exits.
 
@@ -35,7 +36,7 @@ pub mod runtime;
 pub use experiments::{analyze, bench, compare, evaluate, grid, report};
 pub use runtime::{
     calibration, defaults, embedder, export, fitting, io, matrix_file, parse, pipeline, progress,
-    quantize, rerank, st_pipeline, tokens, vector_input, weighting,
+    prompt, quantize, rerank, st_pipeline, tokens, vector_input, weighting,
 };
 #[cfg(feature = "index")]
 pub use runtime::indexing;
@@ -62,6 +63,7 @@ pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};
 pub use error::{Context, CoreError, Result};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineInfo};
 pub use progress::{Bar, Progress, SharedProgress, Silent};
+pub use prompt::{Prompt, PromptConfig};
 pub use rerank::{Reranker, RerankerConfig};
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename): every

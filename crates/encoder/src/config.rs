@@ -15,6 +15,9 @@ pub enum HiddenAct {
     GeluApprox,
     #[serde(rename = "relu")]
     Relu,
+    /// SiLU, x * sigmoid(x) ("silu", "swish"; NomicBERT's gated feed-forward).
+    #[serde(rename = "silu", alias = "swish")]
+    Silu,
 }
 
 /// What the engine needs of a checkpoint's `config.json`, whatever the

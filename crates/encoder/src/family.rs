@@ -27,6 +27,17 @@ pub enum Architecture {
     Gemma3,
     /// `eurobert`: Llama-style layers with bidirectional attention.
     EuroBert,
+    /// `gte` (the "new" GTE): rotary positions, post-norm layers with a gated
+    /// GELU feed-forward.
+    Gte,
+    /// `nomic_bert`: rotary positions, post-norm SwiGLU layers, no biases.
+    NomicBert,
+    /// `deberta-v2`: post-norm layers with disentangled (content and
+    /// relative position) attention.
+    DebertaV2,
+    /// `jina_embeddings_v3`: XLM-RoBERTa's post-norm layers with rotary
+    /// positions (the base weights, no task adapter).
+    JinaV3,
 }
 
 impl Architecture {
@@ -44,6 +55,10 @@ impl Architecture {
         ("gemma3_text", Architecture::Gemma3),
         ("gemma3", Architecture::Gemma3),
         ("eurobert", Architecture::EuroBert),
+        ("gte", Architecture::Gte),
+        ("nomic_bert", Architecture::NomicBert),
+        ("deberta-v2", Architecture::DebertaV2),
+        ("jina_embeddings_v3", Architecture::JinaV3),
     ];
 
     /// The architecture of `model_type`; an error listing the supported ones.
@@ -80,6 +95,10 @@ impl Architecture {
                 "model.language_model.",
                 "language_model.model.",
             ],
+            Architecture::Gte => &["", "gte.", "new.", "model."],
+            Architecture::NomicBert => &["", "nomic_bert.", "bert.", "model."],
+            Architecture::DebertaV2 => &["", "deberta.", "model."],
+            Architecture::JinaV3 => &["", "roberta.", "model."],
         }
     }
 
@@ -92,5 +111,12 @@ impl Architecture {
             }
             _ => "embeddings.word_embeddings.weight",
         }
+    }
+
+    /// Whether the model attends causally (a decoder: each token sees only
+    /// those before it), so that only its last token has read the whole text:
+    /// its default pooling is `last-token`.
+    pub fn is_causal(self) -> bool {
+        matches!(self, Architecture::Qwen3)
     }
 }

@@ -50,6 +50,26 @@ class Encoder:
         batch_size: Optional[int] = None,
         progress: Union[bool, Callable[[int, int], Any]] = False,
         normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> _F32: ...
+    def encode_query(
+        self,
+        texts: Iterable[str],
+        batch_size: Optional[int] = None,
+        progress: Union[bool, Callable[[int, int], Any]] = False,
+        normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> _F32: ...
+    def encode_document(
+        self,
+        texts: Iterable[str],
+        batch_size: Optional[int] = None,
+        progress: Union[bool, Callable[[int, int], Any]] = False,
+        normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
     ) -> _F32: ...
     def __call__(
         self,
@@ -57,7 +77,13 @@ class Encoder:
         batch_size: Optional[int] = None,
         progress: Union[bool, Callable[[int, int], Any]] = False,
         normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
     ) -> _F32: ...
+    @property
+    def prompts(self) -> dict[str, str]: ...
+    @property
+    def default_prompt(self) -> Optional[str]: ...
     @property
     def dimension(self) -> int: ...
     @property

@@ -22,7 +22,8 @@ from ._quantize import Quantizer
 
 def _with_source(fitted, source):
     """``fitted`` recording ``source`` (see :meth:`Calibrator.fit`): an
-    Encoder's identity, pooling and token weighting, or a label."""
+    Encoder's identity, pooling, token weighting and default prompt, or a
+    label."""
     args = _source_args(source)
     if args is None:
         return fitted
@@ -30,6 +31,8 @@ def _with_source(fitted, source):
     inner = getattr(source, "_inner", None)
     if inner is not None and getattr(source, "weighting", "mean") != "mean":
         fitted = fitted.with_weighting_of(inner)
+    if inner is not None:
+        fitted = fitted.with_prompt(inner.default_prompt)
     return fitted
 
 
@@ -175,7 +178,9 @@ class Calibrator(*_BASES):
                 ``bertflow fit`` writes them, so that ``bertflow encode
                 --calibrator`` accepts the file), a str label for external
                 embeddings, or None (external embeddings, no label). An
-                Encoder's token weighting is recorded too, weights included.
+                Encoder's token weighting is recorded too, weights included,
+                and its default prompt (vectors made with another prompt, as
+                ``encode_query`` may, are refused like another pooling).
 
         Raises:
             ValueError: a 1-D or 3-D array, too few rows, NaN or inf values,

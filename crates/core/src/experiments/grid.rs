@@ -331,7 +331,12 @@ impl Grid<'_> {
                 Some(fitted.transform(x.view())?)
             }
             Calib::File(f) => {
-                f.check(&self.embedder.encoder, pooling, &*self.embedder.progress)?;
+                f.check(
+                    &self.embedder.encoder,
+                    pooling,
+                    self.embedder.prompt.as_ref(),
+                    &*self.embedder.progress,
+                )?;
                 if !self.weighting.matches_record(f.meta.weighting.as_ref()) {
                     crate::bail!(
                         "calibrator {} was fitted with weighting {}: evaluate it with the file's own weights",

@@ -130,9 +130,16 @@ impl LoadedCalibrator {
         }
     }
 
-    /// Error unless the file was fitted on this model, pooling and dimension
-    /// (model and pooling may be overridden by --allow-mismatch; dimension never).
-    pub fn check(&self, enc: &Encoder, pooling: &Pooling, progress: &dyn Progress) -> Result<()> {
+    /// Error unless the file was fitted on this model, pooling, prompt and
+    /// dimension (model, pooling and prompt may be overridden by
+    /// --allow-mismatch; dimension never).
+    pub fn check(
+        &self,
+        enc: &Encoder,
+        pooling: &Pooling,
+        prompt: Option<&crate::runtime::prompt::Prompt>,
+        progress: &dyn Progress,
+    ) -> Result<()> {
         let identity = model_identity(enc);
         // Equal fingerprints are the same model, wherever it lives.
         let model = if self.meta.model.rsplit('@').next() == Some(enc.files_fingerprint()) {
@@ -140,10 +147,11 @@ impl LoadedCalibrator {
         } else {
             identity
         };
-        let warnings = bertflow_calib::check_compatible(
+        let warnings = bertflow_calib::check_compatible_prompted(
             &self.meta,
             &model,
             &pooling.to_string(),
+            prompt.map(|p| p.text.as_str()),
             crate::runtime::st_pipeline::dim(enc, pooling)?,
             self.allow_mismatch,
         )

@@ -3,6 +3,8 @@
 //! encoded in a single pass over the model for all poolings at once.
 use crate::error::{Context, Result};
 use crate::runtime::progress::{silent, SharedProgress};
+use crate::runtime::prompt::{Prompt, PromptConfig};
+use bertflow_encoder::st::StPrompts;
 use bertflow_encoder::{
     CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
     TokenWeights, TuneOptions,
@@ -69,6 +71,11 @@ pub struct EmbedderConfig {
     )]
     #[serde(with = "crate::runtime::parse::as_str")]
     pub precision: Precision,
+    /// The prompt before every text (`crate::runtime::prompt`'s rule; the commands
+    /// that offer `--prompt-name`/`--prompt` flatten them separately).
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[serde(flatten)]
+    pub prompt: PromptConfig,
 }
 
 impl Default for EmbedderConfig {
@@ -81,6 +88,7 @@ impl Default for EmbedderConfig {
             cache_dir: None,
             no_cache: false,
             precision: crate::runtime::defaults::precision().unwrap_or_default(),
+            prompt: PromptConfig::default(),
         }
     }
 }
@@ -110,6 +118,9 @@ impl EmbedderConfig {
         for note in &encoder.kernels().notes {
             progress.note(note);
         }
+        let prompts = StPrompts::of_model(encoder.files())
+            .with_context(|| format!("cannot load model '{}'", self.model))?;
+        let prompt = crate::runtime::prompt::resolve(&prompts, &self.prompt, encoder.model_id())?;
         let mut opts = EncodeOptions::default();
         set_batch_size(&mut opts, self.batch_size)?;
         if let Some(t) = crate::runtime::defaults::threads(self.threads)? {
@@ -121,6 +132,8 @@ impl EmbedderConfig {
             opts,
             cache,
             progress,
+            prompts,
+            prompt,
         })
     }
 }
@@ -143,6 +156,10 @@ pub struct Embedder {
     pub opts: EncodeOptions,
     pub cache: Option<EmbeddingCache>,
     pub progress: SharedProgress,
+    /// The prompts the model defines (`config_sentence_transformers.json`).
+    pub prompts: StPrompts,
+    /// The prompt before every text it embeds (see [`crate::runtime::prompt`]).
+    pub prompt: Option<Prompt>,
 }
 
 impl Embedder {
@@ -153,7 +170,14 @@ impl Embedder {
             opts,
             cache: None,
             progress: silent(),
+            prompts: StPrompts::default(),
+            prompt: None,
         }
+    }
+
+    /// The prompt `asked` resolves to for this model ([`crate::runtime::prompt::resolve`]).
+    pub fn resolve_prompt(&self, asked: &PromptConfig) -> Result<Option<Prompt>> {
+        crate::runtime::prompt::resolve(&self.prompts, asked, self.encoder.model_id())
     }
 
     /// Sentences per forward pass from now on (at least 1).
@@ -178,6 +202,30 @@ impl Embedder {
         poolings: &[Pooling],
         weights: Option<&TokenWeights>,
     ) -> Result<Vec<Vec<Array2<f32>>>> {
+        self.embed_sets_prompted(sets, poolings, weights, self.prompt.as_ref())
+    }
+
+    /// [`Embedder::embed_sets_weighted`] with `prompt` before every text in
+    /// place of the embedder's own (the cache keys the prompted texts).
+    pub fn embed_sets_prompted(
+        &self,
+        sets: &[&[String]],
+        poolings: &[Pooling],
+        weights: Option<&TokenWeights>,
+        prompt: Option<&Prompt>,
+    ) -> Result<Vec<Vec<Array2<f32>>>> {
+        let prompted: Vec<Vec<String>>;
+        let sets: Vec<&[String]> = match prompt {
+            Some(p) => {
+                prompted = sets
+                    .iter()
+                    .map(|set| crate::runtime::prompt::apply(Some(p), set))
+                    .collect();
+                prompted.iter().map(Vec::as_slice).collect()
+            }
+            None => sets.to_vec(),
+        };
+        let sets = sets.as_slice();
         let enc = &self.encoder;
         let weights = weights.filter(|w| !w.spec.is_plain_mean());
         let wkey = weights
@@ -187,6 +235,9 @@ impl Embedder {
             .iter()
             .map(|p| crate::runtime::st_pipeline::source(enc, p))
             .collect::<Result<_, _>>()?;
+        for src in &sources {
+            crate::runtime::prompt::check_source(prompt, src)?;
+        }
         let mut result: Vec<Vec<Option<Array2<f32>>>> =
             vec![vec![None; poolings.len()]; sets.len()];
         let mut truncated = 0usize;
@@ -310,6 +361,19 @@ impl Embedder {
         weights: Option<&TokenWeights>,
     ) -> Result<Array2<f32>> {
         let mut r = self.embed_sets_weighted(&[texts], std::slice::from_ref(pooling), weights)?;
+        Ok(r.remove(0).remove(0))
+    }
+
+    /// [`Embedder::embed_weighted`] with `prompt` in place of the embedder's own.
+    pub fn embed_prompted(
+        &self,
+        texts: &[String],
+        pooling: &Pooling,
+        weights: Option<&TokenWeights>,
+        prompt: Option<&Prompt>,
+    ) -> Result<Array2<f32>> {
+        let mut r =
+            self.embed_sets_prompted(&[texts], std::slice::from_ref(pooling), weights, prompt)?;
         Ok(r.remove(0).remove(0))
     }
 }

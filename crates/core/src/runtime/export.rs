@@ -201,10 +201,15 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
         &crate::Silent,
     )?;
     let pooling = pool(enc, &chosen)?;
+    // The directory keeps the model's prompts: its default one is what the
+    // calibrator must have been fitted with.
+    let prompts = bertflow_encoder::st::StPrompts::of_model(enc.files())?;
+    let default_prompt =
+        crate::runtime::prompt::resolve(&prompts, &Default::default(), enc.model_id())?;
     let dense = match &calibrator {
         None => None,
         Some(c) => {
-            c.check(enc, &chosen, &crate::Silent)?;
+            c.check(enc, &chosen, default_prompt.as_ref(), &crate::Silent)?;
             if c.meta.weighting.is_some() {
                 return Err(unsupported(format!(
                     "the calibrator {} was fitted with token weighting",
@@ -306,8 +311,12 @@ pub fn export_st(enc: &Encoder, cfg: &ExportConfig) -> Result<Exported> {
         "config_sentence_transformers.json",
         to_json(json!({
             "__version__": {"bertflow": env!("CARGO_PKG_VERSION")},
-            "prompts": {},
-            "default_prompt_name": null,
+            "prompts": prompts
+                .prompts
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect::<serde_json::Map<_, _>>(),
+            "default_prompt_name": prompts.default_prompt_name,
             "similarity_fn_name": "cosine"
         })),
     )?;

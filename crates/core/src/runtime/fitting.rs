@@ -208,6 +208,7 @@ pub(crate) fn fit_sentences_keep(
     }
     meta.weighting = weights.map(|w| weighting.record(&w));
     meta.warnings = warnings;
+    meta.prompt = embedder.prompt.as_ref().map(|p| p.text.clone());
     Ok((FitOutcome { fitted, meta }, kept))
 }
 

@@ -13,6 +13,7 @@ pub mod matrix_file;
 pub mod parse;
 pub mod pipeline;
 pub mod progress;
+pub mod prompt;
 pub mod quantize;
 pub mod rerank;
 pub mod st_pipeline;

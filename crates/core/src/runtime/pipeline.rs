@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::runtime::calibration::{model_identity, LoadedCalibrator};
 use crate::runtime::embedder::{Embedder, EmbedderConfig};
 use crate::runtime::progress::SharedProgress;
+use crate::runtime::prompt::{Prompt, PromptConfig};
 use crate::runtime::weighting::{ResolvedWeighting, Weighting};
 use bertflow_calib::{Calibrator, WeightingMeta};
 use bertflow_encoder::{EncodeOptions, Encoder, PoolSource, Pooling};
@@ -190,6 +191,9 @@ pub struct PipelineInfo {
     pub max_len: usize,
     /// Arithmetic of the forward pass.
     pub precision: String,
+    /// The prompt before every text by default (`query ("query: ")`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 /// One batch encoded without the cache: the vectors (one row per text) and
@@ -233,12 +237,18 @@ impl Pipeline {
     ) -> Result<Self> {
         let weighting = match &calibrator {
             Some(c) => {
-                c.check(&embedder.encoder, &pooling, &*embedder.progress)?;
+                c.check(
+                    &embedder.encoder,
+                    &pooling,
+                    embedder.prompt.as_ref(),
+                    &*embedder.progress,
+                )?;
                 ResolvedWeighting::of_calibrator(weighting, c.weights()?, &c.path)?
             }
             None => ResolvedWeighting::asked(weighting, &embedder.encoder, &pooling)?,
         };
         let source = crate::runtime::st_pipeline::source(&embedder.encoder, &pooling)?;
+        crate::runtime::prompt::check_source(embedder.prompt.as_ref(), &source)?;
         Ok(Self {
             embedder,
             pooling,
@@ -283,8 +293,64 @@ impl Pipeline {
         self.calibrate(raw)
     }
 
+    /// The prompt before every text by default (see [`crate::runtime::prompt`]).
+    pub fn prompt(&self) -> Option<&Prompt> {
+        self.embedder.prompt.as_ref()
+    }
+
+    /// The prompt `asked` resolves to ([`crate::runtime::prompt::resolve`]; asking
+    /// for nothing is the pipeline's own), checked against the pooling and
+    /// the calibrator's recorded prompt like the pipeline's own.
+    pub fn resolve_prompt(&self, asked: &PromptConfig) -> Result<Option<Prompt>> {
+        if asked.is_default() {
+            return Ok(self.embedder.prompt.clone());
+        }
+        let prompt = self.embedder.resolve_prompt(asked)?;
+        crate::runtime::prompt::check_source(prompt.as_ref(), &self.source)?;
+        if let Some(c) = &self.calibrator {
+            c.check(
+                &self.embedder.encoder,
+                &self.pooling,
+                prompt.as_ref(),
+                &*self.embedder.progress,
+            )?;
+        }
+        Ok(prompt)
+    }
+
+    /// `texts` with the prompt of `prompt_name` before each (`None`: the
+    /// pipeline's own prompt), ready for [`Pipeline::embed_batch`] or
+    /// [`Pipeline::tokenize`]: the one call the server makes per request. An
+    /// unknown name is a [`crate::CoreError::Setting`] naming the known ones.
+    pub fn prompt_texts(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>> {
+        let asked = PromptConfig {
+            prompt_name: prompt_name.map(str::to_string),
+            prompt: None,
+        };
+        Ok(match self.resolve_prompt(&asked)? {
+            Some(p) => crate::runtime::prompt::apply(Some(&p), &texts),
+            None => texts,
+        })
+    }
+
+    /// The calibrated embeddings of `texts` with `asked`'s prompt in place
+    /// of the pipeline's own (through the cache).
+    pub fn encode_prompted(&self, texts: &[String], asked: &PromptConfig) -> Result<Array2<f32>> {
+        let prompt = self.resolve_prompt(asked)?;
+        let weights = self.weighting.require()?;
+        let raw = self
+            .embedder
+            .embed_prompted(texts, &self.pooling, weights, prompt.as_ref())?;
+        self.calibrate(raw)
+    }
+
     /// The raw embeddings of one batch without the cache or progress, with
-    /// `opts` (the server: one thread per call).
+    /// `opts` (the server: one thread per call). The texts are used as they
+    /// are: no prompt is added (see [`Pipeline::prompt_texts`]).
     pub fn embed_batch<S: AsRef<str> + Sync>(
         &self,
         texts: &[S],
@@ -357,6 +423,7 @@ impl Pipeline {
             dimension: self.dimension(),
             max_len: self.max_len(),
             precision: enc.precision().to_string(),
+            prompt: self.prompt().map(Prompt::describe),
         }
     }
 

@@ -16,11 +16,15 @@ use crate::weights::Weights;
 use serde::Deserialize;
 
 pub mod bert;
+pub mod deberta;
 pub mod distilbert;
 pub mod eurobert;
 pub mod gemma3;
+pub mod gte;
+pub mod jina;
 pub mod modernbert;
 pub mod mpnet;
+pub mod nomic;
 pub mod qwen3;
 pub mod roberta;
 
@@ -39,6 +43,10 @@ impl Architecture {
             Architecture::Qwen3 => qwen3::parse_config(model_type, raw),
             Architecture::Gemma3 => gemma3::parse_config(model_type, raw),
             Architecture::EuroBert => eurobert::parse_config(model_type, raw),
+            Architecture::Gte => gte::parse_config(model_type, raw),
+            Architecture::NomicBert => nomic::parse_config(model_type, raw),
+            Architecture::DebertaV2 => deberta::parse_config(model_type, raw),
+            Architecture::JinaV3 => jina::parse_config(model_type, raw),
         }
     }
 
@@ -52,14 +60,11 @@ impl Architecture {
             Architecture::Qwen3 => qwen3::load(w, cfg),
             Architecture::Gemma3 => gemma3::load(w, cfg),
             Architecture::EuroBert => eurobert::load(w, cfg),
+            Architecture::Gte => gte::load(w, cfg),
+            Architecture::NomicBert => nomic::load(w, cfg),
+            Architecture::DebertaV2 => deberta::load(w, cfg),
+            Architecture::JinaV3 => jina::load(w, cfg),
         }
-    }
-
-    /// Whether the model attends causally (a decoder: each token sees only
-    /// those before it), so that only its last token has read the whole text:
-    /// its default pooling is `last-token`.
-    pub fn is_causal(self) -> bool {
-        matches!(self, Architecture::Qwen3)
     }
 }
 

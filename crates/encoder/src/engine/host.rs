@@ -281,15 +281,19 @@ impl super::Block for PostNormBlock {
         let inter_act = match self.act {
             HiddenAct::Gelu => Act::GeluErf,
             HiddenAct::Relu => Act::Relu,
-            HiddenAct::GeluApprox => Act::None,
+            HiddenAct::GeluApprox | HiddenAct::Silu => Act::None,
         };
         // The intermediate output's row ranges are gathered as it is written (int8),
         // so that the output product quantises it without a scan; not when an
         // activation is applied after.
-        let gathered = if matches!(self.act, HiddenAct::GeluApprox) {
+        let gathered = if matches!(self.act, HiddenAct::GeluApprox | HiddenAct::Silu) {
             self.intermediate
                 .forward_act_host(h1, inter_act, inter, qin)?;
-            gelu_tanh(inter);
+            if self.act == HiddenAct::Silu {
+                inter.iter_mut().for_each(|x| *x /= 1.0 + (-*x).exp());
+            } else {
+                gelu_tanh(inter);
+            }
             false
         } else {
             self.intermediate

@@ -24,7 +24,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod prompts;
 mod read;
+pub use prompts::{StPrompts, PROMPTS_FILE};
 use read::bad;
 
 /// A row-wise map applied inside the pipeline (bertflow's calibrator module).
@@ -193,6 +195,10 @@ pub struct StSpec {
     pub max_seq_length: Option<usize>,
     /// Lowercase the text before tokenising (`do_lower_case`).
     pub lowercase: bool,
+    /// The `Pooling` module's `include_prompt` (default true): false leaves a
+    /// prompt's tokens out of the pooled tokens. bertflow-core refuses a
+    /// non-empty prompt with pooling `st` then (see `bertflow_core::prompt`).
+    pub include_prompt: bool,
     pub steps: Vec<Step>,
 }
 
@@ -282,6 +288,7 @@ impl StSpec {
         Ok(StHead {
             max_len,
             lowercase: self.lowercase,
+            include_prompt: self.include_prompt,
             steps,
             dim,
             max_layer,
@@ -296,6 +303,8 @@ pub struct StHead {
     /// Truncation (sentence-transformers' `max_seq_length`, at most the encoder's).
     pub max_len: usize,
     pub lowercase: bool,
+    /// The directory's `include_prompt` (see [`StSpec::include_prompt`]).
+    pub include_prompt: bool,
     steps: Vec<Step>,
     dim: usize,
     /// Deepest hidden state read.

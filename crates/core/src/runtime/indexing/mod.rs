@@ -37,8 +37,10 @@ pub fn embed_into_index(
         .bar(texts.len() as u64, "embedding the corpus", "sentences");
     let mut done = 0;
     for part in texts.chunks(chunk.max(1)) {
+        // The pipeline's default prompt, as every front end embeds.
+        let prompted = pipeline.prompt_texts(part.to_vec(), None)?;
         let raw = pipeline
-            .embed_batch(part, &embedder.opts)
+            .embed_batch(&prompted, &embedder.opts)
             .context("encoding the corpus failed")?
             .vectors;
         let vectors = pipeline.calibrate(raw)?;
