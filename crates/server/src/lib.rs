@@ -166,6 +166,7 @@ mod metrics;
 #[cfg(feature = "model")]
 pub mod model;
 mod openapi;
+mod prompt;
 mod rerank;
 #[cfg(feature = "model")]
 pub mod rerank_model;
