@@ -93,9 +93,9 @@ pub struct FitArgs {
     /// End the file in a quantizer fitted on the calibrated fit rows:
     /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true|false,iters=N],
     /// ubinary[:...], pq:m=M[,opq=true|false,iters=N] (product quantizer with an OPQ
-    /// rotation: M bytes per vector); `bertflow kinds` lists them. After pca, whiten or
-    /// softwhiten, binary and ubinary fit an ITQ rotation unless itq=false (plain sign
-    /// bits of principal axes lose most of the recall). `bertflow encode --calibrator
+    /// rotation: M bytes per vector); `bertflow kinds` lists them. After pca, binary and
+    /// ubinary fit an ITQ rotation unless itq=false (plain sign bits of principal axes
+    /// lose much of the recall). `bertflow encode --calibrator
     /// FILE` then writes codes. The fit rows are kept in memory.
     #[arg(long, value_name = "QUANTIZER")]
     pub quantize: Option<QuantRequest>,

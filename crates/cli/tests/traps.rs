@@ -56,13 +56,13 @@ fn fit_quantized(dir: &Path, kind: &str, quantize: &str) -> bertflow_calib::Cali
     bertflow_calib::load(Path::new(&out)).unwrap().1
 }
 
-/// `binary` after a rotation (pca, whiten) is ITQ unless the spec says
-/// `itq=false`: plain sign bits of principal axes waste bits on the first
-/// axes (recall@10 0.415 against 0.722 with ITQ on unseen sentences).
+/// `binary` after `pca` is ITQ unless the spec says `itq=false`: plain sign
+/// bits of principal axes waste bits on the first axes (recall@10 0.467
+/// against 0.622 with ITQ on unseen sentences; after whiten ITQ costs recall).
 #[test]
 fn binary_after_a_rotation_uses_itq_unless_told() {
     let tmp = tempfile::tempdir().unwrap();
-    for kind in ["pca", "pca:k=16", "whiten"] {
+    for kind in ["pca", "pca:k=16"] {
         let meta = fit_quantized(tmp.path(), kind, "binary");
         let q = meta.quantizer.expect("a quantizer stage");
         assert!(q.spec.itq.is_some(), "{kind} + binary: {}", q.describe());
@@ -70,9 +70,11 @@ fn binary_after_a_rotation_uses_itq_unless_told() {
         let q = meta.quantizer.expect("a quantizer stage");
         assert!(q.spec.itq.is_none(), "{kind} + binary:itq=false");
     }
-    // Without a rotation before it, `binary` stays plain sign bits.
-    let meta = fit_quantized(tmp.path(), "none", "ubinary");
-    assert!(meta.quantizer.unwrap().spec.itq.is_none());
+    // After other kinds, `binary` stays plain sign bits.
+    for kind in ["none", "whiten"] {
+        let meta = fit_quantized(tmp.path(), kind, "ubinary");
+        assert!(meta.quantizer.unwrap().spec.itq.is_none(), "{kind}");
+    }
 }
 
 /// `-q`'s help says what it does: notes are written when stderr is not a

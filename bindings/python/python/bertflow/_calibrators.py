@@ -168,8 +168,7 @@ class Calibrator(*_BASES):
         unfitted :class:`bertflow.Quantizer`), a quantizer is then fitted on
         the calibrated rows and the calibrator (and its file) ends in it. A
         spec string takes ``bertflow fit --quantize``'s defaults: ``"binary"``
-        after ``pca``, ``whiten`` or ``softwhiten`` fits an ITQ rotation
-        unless it says ``itq=false``.
+        after ``pca`` fits an ITQ rotation unless it says ``itq=false``.
 
         Args:
             X: array of shape (n_samples, n_features); float64 and
