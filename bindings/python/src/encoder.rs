@@ -223,6 +223,17 @@ impl PyEncoder {
             Some(c) => match c.cast::<PyFitted>() {
                 Ok(f) => {
                     let f = f.borrow();
+                    if f.meta.is_external() && !allow_mismatch {
+                        // Fitted on a bare matrix: nothing says which model
+                        // and pooling made it, so name the fit that records them.
+                        return Err(PyValueError::new_err(
+                            "this Calibrator records no model and pooling (it was fitted \
+                             without source=enc), so it cannot be checked against this Encoder: \
+                             fit it with \
+                             cal.fit(enc.encode(texts), source=enc), enc the bertflow.Encoder \
+                             that made them (or pass allow_mismatch=True to use it unchecked)",
+                        ));
+                    }
                     Some((f.fitted.clone(), f.meta.clone()))
                 }
                 Err(_) => {

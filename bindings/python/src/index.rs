@@ -27,7 +27,7 @@ use crate::errors;
 /// A persistent sentence-vector index: the file of ``bertflow index build``
 /// (checksummed, memory-mapped, appended to without rewriting), searched
 /// exactly or, quantized, by scanning compact codes and rescoring the best
-/// ``rescore x k`` candidates exactly (``docs/index.md``).
+/// ``rescore x k`` candidates exactly (``docs/quantized-index.md``).
 ///
 /// Build it with ``Index.build(path, vectors=..., texts=...)`` from vectors
 /// made anywhere (recorded as model ``"external"``: searched with vectors), or

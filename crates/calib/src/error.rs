@@ -15,6 +15,16 @@ pub enum CalibError {
         reason: String,
     },
 
+    /// A quantizer spec (`--quantize`, `quantize=`) could not be parsed or
+    /// does not fit the vectors.
+    #[error("invalid quantizer {spec:?}: {reason}")]
+    Quantizer {
+        /// The string that was parsed.
+        spec: String,
+        /// What is wrong and what would be valid.
+        reason: String,
+    },
+
     /// The data handed to `fit` cannot be used (empty, too few rows, ...).
     #[error("cannot fit {kind}: {reason}")]
     BadData {

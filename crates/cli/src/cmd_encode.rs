@@ -2,7 +2,7 @@
 use crate::args::{open_pipeline, PromptArgs, VectorArgs, WeightingArgs};
 use crate::progress;
 use anyhow::Result;
-use bertflow_core::io::{read_sentences, write_embeddings, EmptyLines};
+use bertflow_core::io::{check_embeddings_output, read_sentences, write_embeddings, EmptyLines};
 use bertflow_core::quantize::{self, Output, QuantSpec};
 use clap::Args;
 use std::collections::HashMap;
@@ -46,11 +46,19 @@ pub struct EncodeArgs {
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {
+    // The output's format first: a wrong extension costs nothing.
+    match &a.quantize {
+        Some(q) => quantize::check_codes_output(&a.output, q.kind.name())?,
+        None => check_embeddings_output(&a.output)?,
+    }
     let input = read_sentences(&a.input, a.jsonl, a.empty)?;
     let mut config = a.vectors;
     config.weighting = a.weighting;
     config.model.prompt = a.prompt;
     let mut pipeline = open_pipeline(&config)?;
+    if let Some(q) = pipeline.calibrator().and_then(quantize::stage_of) {
+        quantize::check_codes_output(&a.output, q.spec.kind.name())?;
+    }
     // Without a calibrator (which brings its weights) or a frequency file, the
     // word-piece frequencies are counted on the input.
     pipeline.count_weights(&input.texts, false)?;

@@ -21,12 +21,6 @@ Quick start::
 
 import os as _os
 
-# Parallelism comes from the encoder's batch workers, each running its matrix
-# products on one core (as the CLI does); candle's intra-op threads would
-# oversubscribe the cores. Set RAYON_NUM_THREADS before importing bertflow to
-# override.
-_os.environ.setdefault("RAYON_NUM_THREADS", "1")
-
 from . import _bertflow  # noqa: E402
 
 # Default paths (the model, the STS data) are also looked for above the

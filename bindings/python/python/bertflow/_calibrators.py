@@ -166,7 +166,9 @@ class Calibrator(*_BASES):
         """Fits on the rows of ``X`` (one embedding each); returns ``self``.
         With ``quantize`` (a spec such as ``"binary:itq=true"`` or an
         unfitted :class:`bertflow.Quantizer`), a quantizer is then fitted on
-        the calibrated rows and the calibrator (and its file) ends in it.
+        the calibrated rows and the calibrator (and its file) ends in it. A
+        spec string takes ``bertflow fit --quantize``'s defaults: ``"binary"``
+        after ``pca`` fits an ITQ rotation unless it says ``itq=false``.
 
         Args:
             X: array of shape (n_samples, n_features); float64 and
@@ -189,9 +191,13 @@ class Calibrator(*_BASES):
         _source_args(source)  # type check before the work
         X = as_matrix(X)
         fitted = _with_source(_bertflow.fit(self._spec(), X, None), source)
-        if quantize is not None:
-            spec = quantize if isinstance(quantize, str) else quantize.spec
-            stage = _bertflow.fit_quantizer(spec, fitted.transform(X))
+        if isinstance(quantize, str):
+            # As `bertflow fit --quantize`: defaults by the calibrator (ITQ
+            # for bits after a rotation unless the spec says itq=false).
+            stage = _bertflow.fit_quantizer(quantize, fitted.transform(X), self._kind)
+            fitted = fitted.with_quantizer(stage)
+        elif quantize is not None:
+            stage = _bertflow.fit_quantizer(quantize.spec, fitted.transform(X))
             fitted = fitted.with_quantizer(stage)
         self._set_fitted(fitted)
         # Too few rows, a flow whose NLL got worse: core's warnings, also

@@ -267,7 +267,10 @@ class Encoder:
 
     @property
     def dimension(self):
-        """Embedding dimension (the model's hidden size)."""
+        """Width of the vectors :meth:`encode` returns: the calibrator's output
+        dimension when the Encoder has one (64 for ``pca:k=64``), else the
+        pooling's (the model's hidden size, or the output of a
+        sentence-transformers ``Dense`` module with ``pooling="st"``)."""
         return self._inner.dimension
 
     @property

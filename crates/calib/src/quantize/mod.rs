@@ -35,7 +35,8 @@ use crate::stats::check_transform_input;
 use crate::tensors::{TensorReader, TensorWriter};
 
 pub use spec::{
-    QuantKind, QuantSpec, Ranges, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT, QUANT_SYNOPSIS,
+    QuantKind, QuantRequest, QuantSpec, Ranges, ITQ_AFTER, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT,
+    QUANTIZERS, QUANT_SYNOPSIS,
 };
 
 /// Prefix of a quantizer's tensors in a calibrator file.
@@ -119,7 +120,7 @@ pub fn pack_signs(row: impl IntoIterator<Item = f64>, out: &mut [u8]) {
 /// An error unless `m` sub-vectors cut `dim` evenly.
 fn check_pq_width(spec: &QuantSpec, m: usize, dim: usize) -> Result<()> {
     if m == 0 || !dim.is_multiple_of(m) {
-        return Err(CalibError::Spec {
+        return Err(CalibError::Quantizer {
             spec: spec.to_string(),
             reason: format!(
                 "m = {m} does not divide the dimension {dim}: pq cuts vectors into m equal \

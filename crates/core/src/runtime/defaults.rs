@@ -84,6 +84,38 @@ pub fn model() -> String {
     env(ENV_MODEL).unwrap_or_else(|| locate(MODEL_DIR).to_string_lossy().into_owned())
 }
 
+/// The folder the default model lives in.
+pub const MODELS_DIR: &str = "models";
+
+/// `e` with, for a model that is not found, what the models folder holds
+/// (found as the default model is) and, only when the default model itself
+/// is missing, how to get it.
+pub fn explain_missing_model(e: bertflow_encoder::EncoderError) -> bertflow_encoder::EncoderError {
+    let bertflow_encoder::EncoderError::ModelNotFound { what, hint } = e else {
+        return e;
+    };
+    let dir = locate(MODELS_DIR);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|d| d.path().is_dir())
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut hint = hint;
+    if !names.is_empty() {
+        let listed: Vec<String> = names.iter().map(|n| format!("{MODELS_DIR}/{n}")).collect();
+        hint.push_str(&format!(" {} holds: {}.", dir.display(), listed.join(", ")));
+    }
+    if !locate(MODEL_DIR).join("config.json").is_file() {
+        hint.push_str(&format!(
+            " The default model {MODEL_DIR} is missing: run scripts/setup.sh, which unpacks it."
+        ));
+    }
+    bertflow_encoder::EncoderError::ModelNotFound { what, hint }
+}
+
 /// The precision when none is given: `$BERTFLOW_PRECISION`, else fp32; an
 /// error names the setting when the variable is not a precision.
 pub fn precision() -> crate::Result<bertflow_encoder::Precision> {

@@ -110,6 +110,7 @@ impl EmbedderConfig {
             let mut tune = TuneOptions::from_env(Some(cache_dir.clone()))?;
             tune.write = !self.no_cache;
             Encoder::load_with_kernels(&self.model, self.max_len, self.precision, &tune)
+                .map_err(crate::defaults::explain_missing_model)
         };
         let encoder = load().with_context(|| match self.precision {
             Precision::Fp32 => format!("cannot load model '{}'", self.model),

@@ -65,11 +65,13 @@ pub fn keep_rows(
     Ok(keep)
 }
 
+/// How [`keep_rows`]'s error ends: the other rules, by their names (a front
+/// end that spells the setting its own way, as the CLI's `--empty skip`,
+/// replaces it).
+pub const EMPTY_RULES_HINT: &str = "`skip` drops empty texts, `keep` embeds them";
+
 fn empty_error(what: &str) -> crate::CoreError {
-    crate::CoreError::setting(
-        "empty",
-        format!("{what}: empty text; `skip` drops empty texts, `keep` embeds them"),
-    )
+    crate::CoreError::setting("empty", format!("{what}: empty text; {EMPTY_RULES_HINT}"))
 }
 
 /// Most bytes of one input line (a sentence, or a JSONL record). Texts are
@@ -256,6 +258,19 @@ fn jsonl_bytes(m: &Array2<f32>, input: &Input) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// An error unless [`write_embeddings`] writes `path`'s format: front ends
+/// check it before encoding, so that a wrong extension costs nothing.
+pub fn check_embeddings_output(path: &Path) -> Result<()> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if path.as_os_str() == "-" || matches!(ext, "npy" | "jsonl" | "safetensors") {
+        return Ok(());
+    }
+    bail!(
+        "unknown output format '{}': use .npy, .jsonl or .safetensors (or - for JSONL on standard output)",
+        path.display()
+    )
+}
+
 /// Write `m` by the extension of `path`: .npy, .jsonl or .safetensors; `-`
 /// writes JSONL to standard output.
 pub fn write_embeddings(
@@ -284,10 +299,7 @@ pub fn write_embeddings(
             )?;
             safetensors::tensor::serialize([("embeddings", view)], Some(meta.clone()))?
         }
-        _ => bail!(
-            "unknown output format '{}': use .npy, .jsonl or .safetensors (or - for JSONL on standard output)",
-            path.display()
-        ),
+        _ => return check_embeddings_output(path),
     };
     Ok(bertflow_durable::write(path, bytes)?)
 }

@@ -11,8 +11,8 @@ use crate::error::{Context, Result};
 use crate::runtime::calibration::LoadedCalibrator;
 use crate::runtime::pipeline::Pipeline;
 pub use bertflow_calib::quantize::{
-    Codes, QuantKind, QuantSpec, Quantizer, Ranges, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT,
-    QUANT_SYNOPSIS,
+    Codes, QuantKind, QuantRequest, QuantSpec, Quantizer, Ranges, ITQ_AFTER, ITQ_ITERS, OPQ_ITERS,
+    PQ_OPQ_DEFAULT, QUANTIZERS, QUANT_SYNOPSIS,
 };
 use bertflow_calib::{Calibrator, Fitted};
 pub use bertflow_kernels::codes::{dot_i8, hamming};
@@ -198,15 +198,21 @@ pub fn encode_output(
     }
 }
 
-/// Writes codes as a `.npy` (the only format for codes).
-pub fn write_codes(path: &Path, out: &Output) -> Result<()> {
+/// An error unless `path` is a `.npy`, the only format for codes of the
+/// quantizer `kind`: front ends check it before encoding.
+pub fn check_codes_output(path: &Path, kind: &str) -> Result<()> {
     if path.extension().is_none_or(|e| e != "npy") {
         bail!(
-            "{}: {} codes are written as .npy (int8 or uint8)",
-            path.display(),
-            out.kind()
+            "{}: {kind} codes are written as .npy (int8 or uint8)",
+            path.display()
         );
     }
+    Ok(())
+}
+
+/// Writes codes as a `.npy` (the only format for codes).
+pub fn write_codes(path: &Path, out: &Output) -> Result<()> {
+    check_codes_output(path, out.kind())?;
     Ok(bertflow_durable::write(path, out.npy_bytes())?)
 }
 

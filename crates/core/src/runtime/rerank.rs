@@ -109,6 +109,7 @@ impl RerankerConfig {
         let load = || -> bertflow_encoder::Result<CrossEncoder> {
             let tune = TuneOptions::from_env(Some(cache_dir.clone()))?;
             CrossEncoder::load_with_kernels(&self.model, self.max_len, self.precision, &tune)
+                .map_err(crate::defaults::explain_missing_model)
         };
         let cross = load().with_context(|| format!("cannot load model '{}'", self.model))?;
         for note in &cross.encoder().kernels().notes {
@@ -122,7 +123,7 @@ impl RerankerConfig {
 /// reranker: its `config.json` names a `*ForSequenceClassification`
 /// architecture. Reads config.json only.
 pub fn is_reranker(model: &str) -> Result<bool> {
-    let files = ModelFiles::resolve(model)?;
+    let files = ModelFiles::resolve(model).map_err(crate::defaults::explain_missing_model)?;
     let text =
         std::fs::read_to_string(&files.config).map_err(CoreError::io("read", &files.config))?;
     bertflow_encoder::head::is_classifier_config(&text).map_err(|msg| {

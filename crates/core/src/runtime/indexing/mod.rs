@@ -153,8 +153,23 @@ pub fn adopt_index_settings(config: &mut crate::PipelineConfig, index: &Path) ->
     let opened =
         Index::open(index, false).with_context(|| format!("cannot open {}", index.display()))?;
     let id = opened.identity();
-    if config.pooling.is_none() {
-        config.pooling = id.pooling.parse().ok();
+    let recorded_pooling = id.pooling.parse::<crate::Pooling>().ok();
+    match (&config.pooling, &recorded_pooling) {
+        (None, _) => config.pooling = recorded_pooling,
+        // Without a calibrator given, the index's own (a hidden copy) would
+        // refuse the pooling: the index is what the user named, so name it.
+        (Some(given), Some(recorded)) if given != recorded && config.calibrator.is_none() => {
+            return Err(crate::CoreError::setting(
+                "pooling",
+                format!(
+                    "the index {} was built with pooling {recorded}, not {given}: leave the \
+                     pooling unset to use the index's, or build an index with pooling {given} \
+                     (`bertflow index build --pooling {given} ...`)",
+                    index.display()
+                ),
+            ));
+        }
+        _ => {}
     }
     if let (None, Some(recorded)) = (&config.calibrator, &id.calibrator) {
         let side = calibrator_sidecar(index);
