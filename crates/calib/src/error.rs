@@ -112,3 +112,10 @@ pub enum CalibError {
 
 /// Short alias used throughout the crate.
 pub type Result<T, E = CalibError> = std::result::Result<T, E>;
+
+/// Parameters missing (a header deserialized without its tensors).
+pub(crate) fn not_loaded(kind: &str) -> CalibError {
+    CalibError::Numerical(format!(
+        "the {kind} calibrator has no parameters (deserialized without its tensors?); use load()"
+    ))
+}

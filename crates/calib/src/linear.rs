@@ -5,29 +5,13 @@
 use ndarray::{Array1, Array2, ArrayView2, Axis};
 use serde::{Deserialize, Serialize};
 
+use crate::error::not_loaded;
 use crate::error::{CalibError, Result};
-use crate::io::{TensorReader, TensorWriter};
 use crate::moments::{check_moments, MomentStats};
+use crate::stats::check_transform_input;
 use crate::stats::{self, ZERO_VARIANCE_RTOL};
+use crate::tensors::{TensorReader, TensorWriter};
 use crate::Calibrator;
-
-/// Checks the column count and finiteness of a matrix to transform.
-pub(crate) fn check_transform_input(expected: usize, x: ArrayView2<f32>) -> Result<()> {
-    if x.ncols() != expected {
-        return Err(CalibError::DimMismatch {
-            expected,
-            found: x.ncols(),
-        });
-    }
-    stats::check_finite(x)
-}
-
-/// Parameters missing (a header deserialized without its tensors).
-pub(crate) fn not_loaded(kind: &str) -> CalibError {
-    CalibError::Numerical(format!(
-        "the {kind} calibrator has no parameters (deserialized without its tensors?); use load()"
-    ))
-}
 
 /// The identity: the raw embedding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

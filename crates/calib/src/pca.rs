@@ -10,10 +10,11 @@
 use ndarray::{Array1, Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
+use crate::error::not_loaded;
 use crate::error::{CalibError, Result};
-use crate::io::{TensorReader, TensorWriter};
-use crate::linear::{check_transform_input, not_loaded};
 use crate::moments::{check_moments, MomentStats};
+use crate::stats::check_transform_input;
+use crate::tensors::{TensorReader, TensorWriter};
 use crate::{stats, Calibrator};
 
 /// The fitted rotation: `y = (x - mean) R[:, :k]`, `mean` zero unless

@@ -32,12 +32,13 @@
 use ndarray::{Array1, Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
+use crate::error::not_loaded;
 use crate::error::{CalibError, Result};
-use crate::io::{TensorReader, TensorWriter};
-use crate::linear::{check_transform_input, not_loaded};
 use crate::moments::MomentStats;
 use crate::spec::{CalibSpec, SoftParams};
 use crate::stats;
+use crate::stats::check_transform_input;
+use crate::tensors::{TensorReader, TensorWriter};
 use crate::Calibrator;
 
 /// Soft whitening `y = (x - mu) U diag(s'^(-alpha/2))`; see the module docs.

@@ -1,5 +1,5 @@
 //! `bertflow encode`: sentences in, embeddings out.
-use crate::args::{open_pipeline, VectorArgs, WeightingArgs};
+use crate::args::{open_pipeline, PromptArgs, VectorArgs, WeightingArgs};
 use crate::progress;
 use anyhow::Result;
 use bertflow_core::io::{read_sentences, write_embeddings, EmptyLines};
@@ -41,12 +41,15 @@ pub struct EncodeArgs {
     pub empty: EmptyLines,
     #[command(flatten)]
     pub weighting: WeightingArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {
     let input = read_sentences(&a.input, a.jsonl, a.empty)?;
     let mut config = a.vectors;
     config.weighting = a.weighting;
+    config.model.prompt = a.prompt;
     let mut pipeline = open_pipeline(&config)?;
     // Without a calibrator (which brings its weights) or a frequency file, the
     // word-piece frequencies are counted on the input.
@@ -80,6 +83,9 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     }
     if a.normalize {
         meta.insert("normalized".to_string(), "true".to_string());
+    }
+    if let Some(p) = pipeline.prompt() {
+        meta.insert("prompt".to_string(), p.text.clone());
     }
     write_embeddings(&a.output, &m, &input, &meta)?;
     progress::note(format!(

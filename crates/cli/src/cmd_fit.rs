@@ -1,5 +1,5 @@
 //! `bertflow fit`: fit one calibrator and save it as a file.
-use crate::args::{parse_pooling, DataArgs, ModelArgs, WeightingArgs};
+use crate::args::{parse_pooling, DataArgs, ModelArgs, PromptArgs, WeightingArgs};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::calib::{CalibSpec, Calibrator};
@@ -76,7 +76,8 @@ pub struct FitArgs {
     #[arg(long, default_value = "target:STS-B", value_name = "CORPUS")]
     pub on: Corpus,
     /// Fit on these embeddings instead of encoding sentences: a .npy (float32 or
-    /// float64, n x d) or .safetensors file from any source. --model, --pooling and
+    /// float64, n x d) or .safetensors file from any source, or Parquet (a file or
+    /// Spark's output folder) with an `embedding` column. --model, --pooling and
     /// --on are then not used.
     #[arg(long, value_name = "FILE")]
     pub embeddings: Option<PathBuf>,
@@ -99,6 +100,8 @@ pub struct FitArgs {
     #[command(flatten)]
     pub weighting: WeightingArgs,
     #[command(flatten)]
+    pub prompt: PromptArgs,
+    #[command(flatten)]
     pub data: DataArgs,
     /// Where to write the calibrator (.safetensors).
     #[arg(long, short = 'o', value_name = "FILE")]
@@ -109,6 +112,9 @@ pub fn run(a: FitArgs) -> Result<()> {
     bertflow_core::fitting::check_sample(a.sample)?;
     let weighting = a.weighting.clone();
     let (outcome, what) = match &a.embeddings {
+        Some(_) if !a.prompt.is_default() => {
+            anyhow::bail!("--prompt-name and --prompt apply when bertflow encodes sentences, not to --embeddings")
+        }
         Some(_) if !weighting.is_plain_mean() => {
             anyhow::bail!(
                 "--weighting applies when bertflow encodes sentences, not to --embeddings"
@@ -133,7 +139,9 @@ pub fn run(a: FitArgs) -> Result<()> {
                 Corpus::File(p) => read_sentences(p, false, EmptyLines::Skip)?.texts,
             };
             let sentences = dedup_preserving_order(sentences);
-            let emb = crate::args::load_model(&a.model)?;
+            let mut model = a.model.clone();
+            model.prompt = a.prompt.clone();
+            let emb = crate::args::load_model(&model)?;
             let out = match &a.quantize {
                 Some(q) => quantize::fit_sentences_quantized(
                     &emb, &sentences, &a.pooling, &a.kind, a.sample, &weighting, q,

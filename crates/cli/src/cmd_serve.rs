@@ -143,6 +143,15 @@ pub struct ServeArgs {
     /// model id].
     #[arg(long, value_name = "NAME")]
     pub served_model_name: Option<String>,
+    /// The model's prompt (a name in its config_sentence_transformers.json) before every
+    /// text a request does not give a prompt_name for (TEI's name) [default: the model's
+    /// default_prompt_name, if any].
+    #[arg(long, value_name = "NAME", conflicts_with = "default_prompt")]
+    pub default_prompt_name: Option<String>,
+    /// This text before every text a request does not give a prompt_name for (TEI's name);
+    /// an empty one turns the model's default prompt off.
+    #[arg(long, value_name = "TEXT")]
+    pub default_prompt: Option<String>,
 }
 
 /// An API key from the command line or the environment; `Debug` never shows it.
@@ -218,6 +227,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     vectors.model.threads = None;
     vectors.model.no_cache = true;
+    vectors.model.prompt = bertflow_core::PromptConfig {
+        prompt_name: a.default_prompt_name.clone(),
+        prompt: a.default_prompt.clone(),
+    };
     let (backend, corpus, search_index) =
         if bertflow_core::rerank::is_reranker(&vectors.model.model).unwrap_or(false) {
             (reranker_backend(&a, &vectors)?, None, None)

@@ -147,7 +147,11 @@ impl CorpusIndex {
         max_batch_tokens: usize,
         max_batch_size: usize,
     ) -> Result<Self, ServerError> {
-        let encodings = texts
+        // Embedded with the default prompt, as every route embeds.
+        let prompted = backend
+            .prompted(texts.clone(), None)
+            .map_err(ServerError::Corpus)?;
+        let encodings = prompted
             .iter()
             .enumerate()
             .map(|(i, t)| {

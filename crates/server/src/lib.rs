@@ -170,6 +170,7 @@ mod metrics;
 #[cfg(feature = "model")]
 pub mod model;
 mod openapi;
+mod prompt;
 mod queue;
 mod rerank;
 #[cfg(feature = "model")]

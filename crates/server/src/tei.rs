@@ -18,23 +18,13 @@ use crate::backend::ModelKind;
 use crate::error::ApiError;
 use crate::index::cosine;
 use crate::inputs::{finish_vector, keep_dimensions, parse_pieces, piece_text, Piece};
+use crate::prompt::{prompted, prompted_pieces};
 use crate::queue::{Output, Task};
 use crate::state::{check_count, check_text, embed_inputs, from_object, kind_of, AppState};
 use crate::tei_error::{TeiBody, TeiError};
 use crate::truncation::{Truncation, TruncationDirection};
 
 pub(crate) type TeiResult<T> = Result<Json<T>, TeiError>;
-
-/// 422 for any `prompt_name`: bertflow's models define no prompts.
-pub(crate) fn check_prompt(prompt_name: Option<&str>) -> Result<(), TeiError> {
-    match prompt_name {
-        None => Ok(()),
-        Some(name) => Err(TeiError::unprocessable(format!(
-            "prompt_name {name:?}: this model defines no prompts; prepend the prompt's text to \
-             the input instead"
-        ))),
-    }
-}
 
 /// 424 unless the model embeds (TEI's answer to a reranker asked to embed).
 pub(crate) fn require_embedding(state: &AppState) -> Result<(), TeiError> {
@@ -93,7 +83,6 @@ pub(crate) async fn embed(
 async fn embed_value(state: &Arc<AppState>, ctx: &Ctx, body: Value) -> TeiResult<Vec<Vec<f32>>> {
     let request: EmbedRequest = from_object(body)?;
     require_embedding(state)?;
-    check_prompt(request.prompt_name.as_deref())?;
     let keep = keep_dimensions(request.dimensions, state.info.dimension)?;
     let truncation = Truncation::of(
         state.config.auto_truncate,
@@ -103,6 +92,7 @@ async fn embed_value(state: &Arc<AppState>, ctx: &Ctx, body: Value) -> TeiResult
     let pieces = parse_pieces(request.inputs, "inputs", state)?;
     let texts: Vec<&str> = pieces.iter().map(piece_text).collect();
     ctx.record(&texts, state.config.log_inputs);
+    let pieces = prompted_pieces(state, pieces, request.prompt_name.as_deref())?;
     let embedded = embed_inputs(state, "inputs", pieces, truncation).await?;
     Ok(Json(
         embedded
@@ -147,7 +137,6 @@ pub(crate) async fn embed_all(
 ) -> TeiResult<Vec<Vec<Vec<f32>>>> {
     let request: EmbedAllRequest = from_object(body)?;
     require_embedding(&state)?;
-    check_prompt(request.prompt_name.as_deref())?;
     let truncation = Truncation::of(
         state.config.auto_truncate,
         request.truncate,
@@ -156,6 +145,7 @@ pub(crate) async fn embed_all(
     let pieces = parse_pieces(request.inputs, "inputs", &state)?;
     let texts: Vec<&str> = pieces.iter().map(piece_text).collect();
     ctx.record(&texts, state.config.log_inputs);
+    let pieces = prompted_pieces(&state, pieces, request.prompt_name.as_deref())?;
     let outputs = state
         .infer
         .run(Task::EmbedAll, "inputs", pieces, truncation)
@@ -219,7 +209,6 @@ pub(crate) async fn similarity(
     let request: TeiSimilarityRequest = from_object(body)?;
     require_embedding(state)?;
     let parameters = request.parameters.unwrap_or_default();
-    check_prompt(parameters.prompt_name.as_deref())?;
     let truncation = Truncation::of(
         state.config.auto_truncate,
         parameters.truncate,
@@ -242,6 +231,7 @@ pub(crate) async fn similarity(
     }
     let texts: Vec<String> = std::iter::once(source_sentence).chain(sentences).collect();
     ctx.record(&texts, state.config.log_inputs);
+    let texts = prompted(state, texts, parameters.prompt_name.as_deref())?;
     let pieces = texts.into_iter().map(Piece::Text).collect();
     let embedded = embed_inputs(state, "inputs", pieces, truncation).await?;
     let (source, rest) = embedded
@@ -284,9 +274,9 @@ pub(crate) async fn tokenize(
     body: Value,
 ) -> TeiResult<Vec<Vec<SimpleToken>>> {
     let request: TeiTokenizeRequest = from_object(body)?;
-    check_prompt(request.prompt_name.as_deref())?;
     let texts = texts_only(parse_pieces(request.inputs, "inputs", state)?)?;
     ctx.record(&texts, state.config.log_inputs);
+    let texts = prompted(state, texts, request.prompt_name.as_deref())?;
     let backend = Arc::clone(&state.backend);
     let special = request.add_special_tokens;
     let out = state

@@ -53,7 +53,7 @@ from ._encoder import POOLINGS, Encoder, defaults, poolings  # noqa: E402
 from ._moments import MomentStats  # noqa: E402
 from ._quantize import Quantizer, hamming_similarity, int8_dot  # noqa: E402
 from ._bertflow import Reranker, is_reranker  # noqa: E402
-from ._bertflow import Index  # noqa: E402
+from ._bertflow import Index, read_vectors  # noqa: E402
 from . import sts  # noqa: E402
 from . import st  # noqa: E402
 
@@ -85,6 +85,7 @@ __all__ = [
     "Reranker",
     "is_reranker",
     "Index",
+    "read_vectors",
     "CalibratorFileError",
     "sts",
     "st",

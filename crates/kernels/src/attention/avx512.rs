@@ -3,7 +3,7 @@
 //! so the same bits), with the transposes done in registers, the keys' and
 //! values' elements broadcast straight from the token rows, and no bounds checks
 //! in the inner loops.
-use super::{softmax_lanes, Head, QL};
+use super::{softmax_lanes, Head, Mask, QL};
 use std::arch::x86_64::*;
 
 /// Keys per score pass: 8 independent multiply-add chains.
@@ -69,7 +69,7 @@ pub(super) unsafe fn block(
     hd: Head,
     i0: usize,
     bias: Option<&[f32]>,
-    window: Option<usize>,
+    mask: Mask,
     qt: &mut [f32],
     e: &mut [f32],
     (out, out_stride): (&mut [f32], usize),
@@ -141,7 +141,7 @@ pub(super) unsafe fn block(
     }
 
     let e = &mut e[..len * QL];
-    let inv = softmax_lanes(e, hd, i0, bias, window);
+    let inv = softmax_lanes(e, hd, i0, bias, mask);
     // SAFETY: 16 values.
     let inv = unsafe { _mm512_loadu_ps(inv.as_ptr()) };
 

@@ -2,7 +2,7 @@
 //! tokens gemm's packed, cache-blocked kernels beat the register kernel of
 //! [`super::head_attention`] (measured with the `attention_speed` example: at 128
 //! tokens 373 against 534 ns per token and head, at 14 tokens 93 against 79).
-use super::{len_pad, softmax_row, Head};
+use super::{len_pad, softmax_row, Head, Mask};
 use crate::norm::simd_fn;
 use gemm::Parallelism;
 
@@ -12,12 +12,12 @@ simd_fn! {
         s: &mut [f32],
         dims: (usize, usize, usize),
         bias: Option<&[f32]>,
-        window: Option<usize>,
+        mask: Mask,
     ) {
         let (lp, len, seq) = dims;
         for (i, row) in s.chunks_exact_mut(lp).enumerate() {
             row[len..].fill(0.0);
-            softmax_row(row, len, i, bias.map(|b| &b[i * seq..i * seq + len]), window);
+            softmax_row(row, len, i, bias.map(|b| &b[i * seq..i * seq + len]), mask);
         }
     }
 }
@@ -29,7 +29,7 @@ pub(super) fn head_attention_gemm(
     sent: &[f32],
     hd: Head,
     bias: Option<&[f32]>,
-    window: Option<usize>,
+    mask: Mask,
     out: &mut [f32],
     out_stride: usize,
     scratch: &mut [f32],
@@ -75,7 +75,7 @@ pub(super) fn head_attention_gemm(
             Parallelism::None,
         );
     }
-    softmax_all(s, (lp, len, seq), bias, window);
+    softmax_all(s, (lp, len, seq), bias, mask);
     // SAFETY: see above.
     unsafe {
         // out[i] = sum_j p[i][j] v_j over the real keys

@@ -18,7 +18,8 @@
 //! [`AttnOpts`] adds what some architectures need on top: an additive score bias
 //! shared by every sentence of the batch (MPNet's relative position bias, one
 //! `seq x seq` block per head) and a symmetric sliding window (ModernBERT's local
-//! layers: query `i` sees only the keys `j` with `|i - j| <= window / 2`).
+//! layers: query `i` sees only the keys `j` with `|i - j| <= window / 2`), and
+//! a causal mask (decoder models: query `i` sees only the keys `j <= i`).
 use crate::act::exp_neg;
 use crate::norm::{shape_err, simd_fn, ShapeError};
 
@@ -48,6 +49,16 @@ pub struct AttnOpts<'a> {
     /// A query with no real key in its window (a padded row far past the end)
     /// gets a zero context.
     pub window: Option<usize>,
+    /// Causal mask: query `i` attends to the keys `j <= i` only (decoder
+    /// models such as Qwen3); with `window` both apply.
+    pub causal: bool,
+}
+
+/// Which keys a query sees: [`AttnOpts::window`] and [`AttnOpts::causal`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Mask {
+    pub(crate) window: Option<usize>,
+    pub(crate) causal: bool,
 }
 
 /// Self-attention of a padded batch (see the module doc). `lens[r]` is the real
@@ -130,7 +141,10 @@ pub fn attention(
                     len,
                 },
                 bias,
-                opts.window,
+                Mask {
+                    window: opts.window,
+                    causal: opts.causal,
+                },
                 &mut out[head * dh..],
                 h,
                 scores,
@@ -209,7 +223,7 @@ simd_fn! {
         sent: &[f32],
         hd: Head,
         bias: Option<&[f32]>,
-        window: Option<usize>,
+        mask: Mask,
         out: &mut [f32],
         out_stride: usize,
         scratch: &mut [f32],
@@ -222,13 +236,13 @@ simd_fn! {
             #[cfg(target_arch = "x86_64")]
             if wide {
                 // SAFETY: `wide` means AVX512F (and with it FMA) was detected.
-                unsafe { avx512::block(sent, hd, i0, bias, window, qt, e, (&mut *out, out_stride)) };
+                unsafe { avx512::block(sent, hd, i0, bias, mask, qt, e, (&mut *out, out_stride)) };
                 continue;
             }
             let rows = (seq - i0).min(QL);
             transpose_rows(sent, (hd.q + i0 * stride, stride), rows, dh, qt);
             scores(sent, hd, qt, e);
-            let inv = softmax_lanes(e, hd, i0, bias, window);
+            let inv = softmax_lanes(e, hd, i0, bias, mask);
             let blk = Block { i0, rows, inv: &inv };
             context(sent, hd, e, &blk, (&mut *out, out_stride));
         }
@@ -294,7 +308,7 @@ fn softmax_lanes(
     hd: Head,
     i0: usize,
     bias: Option<&[f32]>,
-    window: Option<usize>,
+    mask: Mask,
 ) -> [f32; QL] {
     let seq = hd.seq;
     if let Some(b) = bias {
@@ -305,9 +319,13 @@ fn softmax_lanes(
         }
     }
     // Lane positions as i32 (64-bit compares do not fill a 16-lane register).
-    let half = window.map_or(i32::MAX, |w| (w / 2).min(i32::MAX as usize) as i32);
+    let half = mask
+        .window
+        .map_or(i32::MAX, |w| (w / 2).min(i32::MAX as usize) as i32);
+    // Causal: keys at most 0 after the query; else any distance.
+    let ahead = if mask.causal { 0 } else { i32::MAX };
     let qi: [i32; QL] = std::array::from_fn(|l| (i0 + l) as i32);
-    let seen = |i: i32, j: usize| (i - j as i32).abs() <= half;
+    let seen = |i: i32, j: usize| (i - j as i32).abs() <= half && j as i32 - i <= ahead;
     let mut m = [f32::NEG_INFINITY; QL];
     for (j, row) in e.chunks_exact(QL).enumerate() {
         for ((m, &x), &i) in m.iter_mut().zip(row).zip(&qi) {
@@ -352,8 +370,8 @@ fn transpose_rows(
 /// a probability; every other entry of the row gets 0 (all 0 when no key is
 /// left).
 #[inline(always)]
-fn softmax_row(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, window: Option<usize>) {
-    let inv = softmax_exp(row, len, i, bias, window);
+fn softmax_row(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, mask: Mask) {
+    let inv = softmax_exp(row, len, i, bias, mask);
     for x in row.iter_mut() {
         *x *= inv;
     }
@@ -365,17 +383,14 @@ fn softmax_row(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, wind
 /// fixed-order tree reductions, so it vectorises and every build gives the same
 /// bits.
 #[inline(always)]
-fn softmax_exp(
-    row: &mut [f32],
-    len: usize,
-    i: usize,
-    bias: Option<&[f32]>,
-    window: Option<usize>,
-) -> f32 {
-    let (lo, hi) = match window {
+fn softmax_exp(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, mask: Mask) -> f32 {
+    let (lo, mut hi) = match mask.window {
         None => (0, len),
         Some(w) => (i.saturating_sub(w / 2), (i + w / 2 + 1).min(len)),
     };
+    if mask.causal {
+        hi = hi.min(i + 1);
+    }
     if lo >= hi {
         row.fill(0.0);
         return 0.0;

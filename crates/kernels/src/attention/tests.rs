@@ -39,7 +39,9 @@ fn reference(qkv: &[f32], lens: &[usize], s: AttnShape, opts: AttnOpts) -> Vec<f
                         let bias = opts
                             .bias
                             .map_or(0.0, |b| b[(head * s.seq + i) * s.seq + j] as f64);
-                        let seen = j < len && opts.window.is_none_or(|w| i.abs_diff(j) <= w / 2);
+                        let seen = j < len
+                            && opts.window.is_none_or(|w| i.abs_diff(j) <= w / 2)
+                            && (!opts.causal || j <= i);
                         dot + bias + if seen { 0.0 } else { -1e30 }
                     })
                     .collect();
@@ -94,18 +96,32 @@ fn strided_attention_matches_reference_on_odd_shapes() {
             AttnOpts {
                 bias: Some(&bias),
                 window: None,
+                causal: false,
             },
             AttnOpts {
                 bias: None,
                 window: Some(4),
+                causal: false,
             },
             AttnOpts {
                 bias: Some(&bias),
                 window: Some(3),
+                causal: false,
             },
             AttnOpts {
                 bias: None,
                 window: Some(0),
+                causal: false,
+            },
+            AttnOpts {
+                bias: None,
+                window: None,
+                causal: true,
+            },
+            AttnOpts {
+                bias: Some(&bias),
+                window: Some(6),
+                causal: true,
             },
         ] {
             let want = reference(&qkv, &lens, s, opts);
@@ -149,6 +165,7 @@ fn window_masks_far_keys_and_bias_shifts_scores() {
     let w = AttnOpts {
         bias: None,
         window: Some(2),
+        causal: false,
     };
     attention(&qkv, &[5], s, w, &mut ctx, &mut p).unwrap();
     // keys within 1: {0,1} -> 0.5, {0,1,2} -> 1, {1,2,3} -> 2, {2,3,4} -> 3, {3,4} -> 3.5
@@ -164,16 +181,31 @@ fn window_masks_far_keys_and_bias_shifts_scores() {
     let b = AttnOpts {
         bias: Some(&bias),
         window: None,
+        causal: false,
     };
     attention(&qkv, &[5], s, b, &mut ctx, &mut p).unwrap();
     close(&ctx, &[3.0; 5]);
+    // Causal: query i averages v_0..=v_i; with the window 2 only v_{i-1}, v_i.
+    let c = AttnOpts {
+        causal: true,
+        ..AttnOpts::default()
+    };
+    attention(&qkv, &[5], s, c, &mut ctx, &mut p).unwrap();
+    close(&ctx, &[0.0, 0.5, 1.0, 1.5, 2.0]);
+    let cw = AttnOpts {
+        window: Some(2),
+        ..c
+    };
+    attention(&qkv, &[5], s, cw, &mut ctx, &mut p).unwrap();
+    close(&ctx, &[0.0, 0.5, 1.5, 2.5, 3.5]);
     assert!(attention(
         &qkv,
         &[5],
         s,
         AttnOpts {
             bias: Some(&bias[1..]),
-            window: None
+            window: None,
+            causal: false,
         },
         &mut ctx,
         &mut p
@@ -247,6 +279,12 @@ fn avx512_block_equals_the_portable_block_bit_for_bit() {
             AttnOpts {
                 bias: Some(&bias),
                 window: Some(5),
+                causal: false,
+            },
+            AttnOpts {
+                bias: None,
+                window: None,
+                causal: true,
             },
         ] {
             let run = |portable: bool| {
