@@ -4,15 +4,21 @@ single-process CLI (`bertflow encode`) on the same sentences, in one run.
 
 Usage (after scripts/setup.sh; a quiet machine: check `uptime`):
 
-    .venv/bin/python scripts/bench_spark.py [--limit N] [--pooling last-avg]
+    .venv/bin/python scripts/bench_spark.py [--limit N] [--rounds R] [--pooling last-avg]
 
 The corpus is every distinct sentence of the seven STS tasks (about 30k; the
-set `bertflow compare` encodes), as a text file for the CLI and as Parquet for
-Spark. Each run is timed end to end (process start to exit) and the Spark
-command reports its own split: session (JVM) start, job time, the driver's
-peak RSS, and per task (BERTFLOW_SPARK_STATS=1) model load, encode seconds and
-the worker's peak RSS. The largest process of each tree (the JVM for Spark) is
-polled from /proc (VmHWM). Prints Markdown.
+set `bertflow compare` encodes), as a text file for the CLI and as Parquet
+(text only: the job adds the ids) for Spark. One untimed Spark run first
+writes the local JVM's class archive (bertflow.spark._jvm; every later local
+session starts from it, as a user's second run does). Then each round runs,
+back to back, the CLI at 1 thread, Spark at local[1], the CLI at 2 threads and
+Spark at local[2], each timed end to end (process start to exit); the ratio
+of a round is the CLI's wall time over Spark's at the same number of cores,
+and the table gives the median round. The Spark command reports its own split:
+session (JVM) start, job time, the driver's peak RSS, and per task
+(BERTFLOW_SPARK_STATS=1) model load, encode seconds and the worker's peak RSS.
+The largest process of each tree (the JVM for Spark) is polled from /proc
+(VmHWM). Prints Markdown.
 """
 
 import argparse
@@ -116,59 +122,78 @@ def spark_run(folder, master, pooling):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=None, help="use the first N sentences")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the four runs")
     ap.add_argument("--pooling", default="last-avg")
     a = ap.parse_args()
     exe = os.environ.get("BERTFLOW_BIN") or str(ROOT / "target" / "release" / "bertflow")
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         folder = Path(tmp)
         n = corpus(folder, a.limit)
-        print(f"{n} sentences; load before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
-        res = {}
-        for threads in (1, 2):
-            cmd = [exe, "--quiet", "encode", "--no-cache", "--threads", str(threads),
-                   "--pooling", a.pooling, "--input", str(folder / "corpus.txt"),
-                   "--output", str(folder / f"cli{threads}.npy")]
-            wall, _, peaks = run(cmd)
-            res[f"cli{threads}"] = {"cmd": " ".join(cmd[2:]), "wall": wall,
-                                    "rss": max(mb for _, mb in peaks.values())}
-            print(f"cli {threads} thread(s): {wall:.1f} s", file=sys.stderr)
-        for master in ("local[1]", "local[2]"):
-            res[master] = spark_run(folder, master, a.pooling)
-            print(f"spark {master}: {res[master]['wall']:.1f} s", file=sys.stderr)
+        load_before = os.getloadavg()[0]
+        print(f"{n} sentences; load before: {load_before:.2f}", file=sys.stderr)
+        warm = spark_run(folder, "local[1]", a.pooling)  # writes the JVM's class archive
+        print(f"warm-up spark local[1]: {warm['wall']:.1f} s", file=sys.stderr)
+        rounds = []
+        for r in range(a.rounds):
+            res = {}
+            for threads, master in ((1, "local[1]"), (2, "local[2]")):
+                cmd = [exe, "--quiet", "encode", "--no-cache", "--threads", str(threads),
+                       "--pooling", a.pooling, "--input", str(folder / "corpus.txt"),
+                       "--output", str(folder / f"cli{threads}.npy")]
+                wall, _, peaks = run(cmd)
+                res[f"cli{threads}"] = {"cmd": " ".join(cmd[2:]), "wall": wall,
+                                        "rss": max(mb for _, mb in peaks.values())}
+                res[master] = spark_run(folder, master, a.pooling)
+                print(f"round {r + 1}: cli {threads} thread(s) {wall:.1f} s, spark {master} "
+                      f"{res[master]['wall']:.1f} s, ratio "
+                      f"{wall / res[master]['wall']:.2f}", file=sys.stderr)
+            rounds.append(res)
         load_after = os.getloadavg()[0]
-    report(n, res, load_after)
+    report(n, rounds, warm, (load_before, load_after))
 
 
-def report(n, res, load_after):
-    print(f"Machine: {cpu()}; load average after the run {load_after:.2f}.\n")
+def report(n, rounds, warm, loads):
+    ratios = {m: [r[c]["wall"] / r[m]["wall"] for r in rounds]
+              for m, c in (("local[1]", "cli1"), ("local[2]", "cli2"))}
+    # The median round of local[1] (ties: the first) gives the detailed numbers.
+    mid = sorted(range(len(rounds)), key=lambda i: ratios["local[1]"][i])[(len(rounds) - 1) // 2]
+    res = rounds[mid]
+    print(f"Machine: {cpu()}; load average {loads[0]:.2f} before the run, {loads[1]:.2f} "
+          "after.\n")
     pooling = res["local[2]"]["cmd"].split("--pooling ")[1].split()[0]
     print(f"{n:,} distinct STS sentences, `{pooling}`, batch 32, no embedding cache; wall "
-          "time from process start to exit.\n")
-    print("| run | wall s | sentences/s | ratio |")
-    print("|---|---:|---:|---:|")
+          f"time from process start to exit; {len(rounds)} rounds of the four runs back to "
+          f"back, the table from round {mid + 1} (the median local[1] ratio).\n")
+    print("| run | wall s | sentences/s | ratio | ratio in every round |")
+    print("|---|---:|---:|---:|---|")
     for key, label, peer in (("cli1", "`bertflow encode --threads 1`", None),
                              ("local[1]", "`python -m bertflow.spark --master local[1]`", "cli1"),
                              ("cli2", "`bertflow encode --threads 2`", None),
                              ("local[2]", "`python -m bertflow.spark --master local[2]`", "cli2")):
         r = res[key]
         ratio = f"**{res[peer]['wall'] / r['wall']:.2f}x** the CLI" if peer else ""
-        print(f"| {label} | {r['wall']:.1f} | {n / r['wall']:.0f} | {ratio} |")
+        every = ", ".join(f"{x:.2f}" for x in ratios[key]) if peer else ""
+        print(f"| {label} | {r['wall']:.1f} | {n / r['wall']:.0f} | {ratio} | {every} |")
     print()
     for master in ("local[1]", "local[2]"):
         r = res[master]
         t = r["tasks"]
         enc = sum(x["encode"] for x in t)
         load = [x["load"] for x in t if x["load"] > 0]
+        pids = {x["pid"] for x in t}
         slots = int(master.strip("local[]"))
         print(f"- {master}: session (JVM) start {r['session']:.1f} s; job {r['job']:.1f} s "
-              f"({len(t)} tasks; encoder busy {enc:.1f} s in total = {n / enc:.0f} sentences/s "
-              f"per core; model loads {len(load)} x {statistics.mean(load):.2f} s; "
-              f"the rest of the job, {r['job'] - (enc + sum(load)) / slots:.1f} s per slot, is "
-              f"Parquet I/O, Arrow transfer, the id job and scheduling); peak RSS: driver "
-              f"{r['driver_rss']} MB, the CLI {res['cli' + str(slots)]['rss']:.0f} MB, workers "
-              f"{min(x['rss'] for x in t)}-"
-              f"{max(x['rss'] for x in t)} MB, JVM "
-              f"{r['jvm_rss']:.0f} MB")
+              f"({len(t)} tasks in {len(pids)} worker processes; encoder busy {enc:.1f} s in "
+              f"total = {n / enc:.0f} sentences/s per core; model loads {len(load)} x "
+              f"{statistics.mean(load) if load else 0:.2f} s; the rest of the job, "
+              f"{r['job'] - (enc + sum(load)) / slots:.1f} s per slot, is worker start, "
+              f"Parquet I/O, Arrow transfer, the id job and scheduling); the rest of the wall "
+              f"time, {r['wall'] - r['session'] - r['job']:.1f} s, is Python start and exit; "
+              f"peak RSS: driver {r['driver_rss']} MB, the CLI "
+              f"{res['cli' + str(slots)]['rss']:.0f} MB, workers {min(x['rss'] for x in t)}-"
+              f"{max(x['rss'] for x in t)} MB, JVM {r['jvm_rss']:.0f} MB")
+    print(f"- the untimed first run (writing the JVM's class archive): {warm['wall']:.1f} s, "
+          f"session {warm['session']:.1f} s")
     one = res["local[1]"]
     rate = n / one["job"]  # end to end per core: encoder, Arrow, Parquet, scheduling
     enc_rate = n / sum(x["encode"] for x in one["tasks"])

@@ -128,6 +128,24 @@ impl PyFitted {
         })
     }
 
+    /// A copy recording the prompt its embeddings were made with (`None` or
+    /// empty: none), checked like the CLI's wherever it is applied.
+    #[pyo3(signature = (prompt=None))]
+    fn with_prompt(&self, prompt: Option<String>) -> PyFitted {
+        let mut meta = self.meta.clone();
+        meta.prompt = prompt.filter(|p| !p.is_empty());
+        PyFitted {
+            fitted: self.fitted.clone(),
+            meta,
+        }
+    }
+
+    /// The prompt recorded (None: none).
+    #[getter]
+    fn prompt(&self) -> Option<String> {
+        self.meta.prompt.clone()
+    }
+
     /// A copy whose metadata records that it was fitted on a sample of
     /// `fit_corpus_size` rows drawn from `total` rows (`sampled_from`).
     fn with_sampled_from(&self, total: usize) -> PyFitted {

@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use bertflow_core::encoder::EmbeddingCache;
 use bertflow_core::progress::silent;
+use bertflow_core::prompt::{for_role, Role};
+use bertflow_core::PromptConfig;
 use bertflow_core::{
     Bar, Pipeline, PipelineConfig, Pooling, Precision, Progress, SharedProgress, WeightingSpec,
     POOLINGS,
@@ -130,6 +132,42 @@ impl PyEncoder {
         py.detach(|| f(&mut self.pipeline.lock().unwrap_or_else(|p| p.into_inner())))
     }
 
+    /// `encode`, `encode_query` and `encode_document`: `asked` resolved for
+    /// `role` by core's rule, then the pipeline's encode with that prompt.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_with<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        batch_size: Option<usize>,
+        progress: Option<Py<PyAny>>,
+        normalize: bool,
+        asked: PromptConfig,
+        role: Option<Role>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let texts = extract_texts(texts, "texts")?;
+        let progress: SharedProgress = Arc::new(CallbackProgress(progress));
+        let m = self
+            .with_pipeline(py, |p| {
+                let asked = match role {
+                    Some(role) => for_role(&p.embedder().prompts, &asked, role),
+                    None => asked,
+                };
+                let batch = batch_size.unwrap_or(bertflow_core::defaults::BATCH_SIZE);
+                p.embedder_mut().set_batch_size(batch)?;
+                p.embedder_mut().progress = progress;
+                let r = p.encode_prompted(&texts, &asked);
+                p.embedder_mut().progress = silent();
+                let mut m = r?;
+                if normalize {
+                    Pipeline::normalize(&mut m);
+                }
+                Ok::<_, bertflow_core::CoreError>(m)
+            })
+            .map_err(errors::core)?;
+        Ok(m.into_pyarray(py))
+    }
+
     /// The calibrator-file record of the current weights (None: plain mean).
     pub(crate) fn weighting_record(&self) -> PyResult<Option<bertflow_core::calib::WeightingMeta>> {
         Python::attach(|py| self.with_pipeline(py, |p| p.weighting().record()))
@@ -185,6 +223,17 @@ impl PyEncoder {
             Some(c) => match c.cast::<PyFitted>() {
                 Ok(f) => {
                     let f = f.borrow();
+                    if f.meta.is_external() && !allow_mismatch {
+                        // Fitted on a bare matrix: nothing says which model
+                        // and pooling made it, so name the fit that records them.
+                        return Err(PyValueError::new_err(
+                            "this Calibrator records no model and pooling (it was fitted \
+                             without source=enc), so it cannot be checked against this Encoder: \
+                             fit it with \
+                             cal.fit(enc.encode(texts), source=enc), enc the bertflow.Encoder \
+                             that made them (or pass allow_mismatch=True to use it unchecked)",
+                        ));
+                    }
                     Some((f.fitted.clone(), f.meta.clone()))
                 }
                 Err(_) => {
@@ -270,7 +319,10 @@ impl PyEncoder {
 
     /// Embeddings of `texts` (float32, one row per text, in order), through
     /// the calibrator if any; `normalize` scales each row to unit length.
-    #[pyo3(signature = (texts, batch_size=None, progress=None, normalize=false))]
+    /// `prompt_name` (a prompt of the model) or `prompt` (a text) goes before
+    /// every text; neither: the encoder's default (core's prompt rule).
+    #[pyo3(signature = (texts, batch_size=None, progress=None, normalize=false, prompt_name=None, prompt=None))]
+    #[allow(clippy::too_many_arguments)]
     fn encode<'py>(
         &self,
         py: Python<'py>,
@@ -278,24 +330,85 @@ impl PyEncoder {
         batch_size: Option<usize>,
         progress: Option<Py<PyAny>>,
         normalize: bool,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let texts = extract_texts(texts, "texts")?;
-        let progress: SharedProgress = Arc::new(CallbackProgress(progress));
-        let m = self
-            .with_pipeline(py, |p| {
-                let batch = batch_size.unwrap_or(bertflow_core::defaults::BATCH_SIZE);
-                p.embedder_mut().set_batch_size(batch)?;
-                p.embedder_mut().progress = progress;
-                let r = p.encode(&texts);
-                p.embedder_mut().progress = silent();
-                let mut m = r?;
-                if normalize {
-                    Pipeline::normalize(&mut m);
-                }
-                Ok::<_, bertflow_core::CoreError>(m)
-            })
-            .map_err(errors::core)?;
-        Ok(m.into_pyarray(py))
+        let asked = PromptConfig {
+            prompt_name,
+            prompt,
+        };
+        self.encode_with(py, texts, batch_size, progress, normalize, asked, None)
+    }
+
+    /// [`encode`] of queries: the model's `query` prompt unless a prompt is
+    /// given (sentence-transformers' `encode_query`).
+    #[pyo3(signature = (texts, batch_size=None, progress=None, normalize=false, prompt_name=None, prompt=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn encode_query<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        batch_size: Option<usize>,
+        progress: Option<Py<PyAny>>,
+        normalize: bool,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let asked = PromptConfig {
+            prompt_name,
+            prompt,
+        };
+        self.encode_with(
+            py,
+            texts,
+            batch_size,
+            progress,
+            normalize,
+            asked,
+            Some(Role::Query),
+        )
+    }
+
+    /// [`encode`] of documents: the model's `document` (else `passage`, else
+    /// `corpus`) prompt unless a prompt is given (sentence-transformers'
+    /// `encode_document`).
+    #[pyo3(signature = (texts, batch_size=None, progress=None, normalize=false, prompt_name=None, prompt=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn encode_document<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        batch_size: Option<usize>,
+        progress: Option<Py<PyAny>>,
+        normalize: bool,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let asked = PromptConfig {
+            prompt_name,
+            prompt,
+        };
+        self.encode_with(
+            py,
+            texts,
+            batch_size,
+            progress,
+            normalize,
+            asked,
+            Some(Role::Document),
+        )
+    }
+
+    /// The model's prompts (name: text), from its config_sentence_transformers.json.
+    #[getter]
+    fn prompts(&self, py: Python<'_>) -> Vec<(String, String)> {
+        self.with_pipeline(py, |p| p.embedder().prompts.prompts.clone())
+    }
+
+    /// The text put before every text by default (None: no prompt).
+    #[getter]
+    fn default_prompt(&self, py: Python<'_>) -> Option<String> {
+        self.with_pipeline(py, |p| p.prompt().map(|p| p.text.clone()))
     }
 
     /// Embedding dimension.

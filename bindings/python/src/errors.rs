@@ -47,6 +47,7 @@ fn calib_kind(e: &CalibError, msg: String) -> PyErr {
         CalibError::Format { .. } => CalibratorFileError::new_err(msg),
         CalibError::Diverged { .. } | CalibError::Numerical(_) => PyRuntimeError::new_err(msg),
         CalibError::Spec { .. }
+        | CalibError::Quantizer { .. }
         | CalibError::BadData { .. }
         | CalibError::NonFiniteInput { .. }
         | CalibError::DimMismatch { .. }

@@ -27,7 +27,7 @@ use crate::errors;
 /// A persistent sentence-vector index: the file of ``bertflow index build``
 /// (checksummed, memory-mapped, appended to without rewriting), searched
 /// exactly or, quantized, by scanning compact codes and rescoring the best
-/// ``rescore x k`` candidates exactly (``docs/index.md``).
+/// ``rescore x k`` candidates exactly (``docs/quantized-index.md``).
 ///
 /// Build it with ``Index.build(path, vectors=..., texts=...)`` from vectors
 /// made anywhere (recorded as model ``"external"``: searched with vectors), or
@@ -154,8 +154,12 @@ impl PyIndex {
     /// A new index at `path` (replaced once complete) from `vectors` (one row
     /// per sentence of `texts`, stored as given) or from `texts` embedded by
     /// `encoder`; `quantize` stores codes too (core's `index build --quantize`).
+    /// `vectors` may be a file (core's `index build --vectors`): `.npy` or
+    /// `.safetensors` with `texts`, or Parquet (Spark's output folder) with
+    /// its sentences in `text_column` and vectors in `vector_column`.
     #[staticmethod]
-    #[pyo3(signature = (path, vectors=None, texts=None, quantize=None, encoder=None, chunk=DEFAULT_CHUNK))]
+    #[pyo3(signature = (path, vectors=None, texts=None, quantize=None, encoder=None, chunk=DEFAULT_CHUNK, text_column="text", vector_column="embedding"))]
+    #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
         path: PathBuf,
@@ -164,9 +168,25 @@ impl PyIndex {
         quantize: Option<&str>,
         encoder: Option<&Bound<'_, PyAny>>,
         chunk: usize,
+        text_column: &str,
+        vector_column: &str,
     ) -> PyResult<Self> {
         let spec = quantize_spec(quantize)?;
         let encoder = native_encoder(encoder)?;
+        if let Some(file) = vectors.and_then(|v| v.extract::<PathBuf>().ok()) {
+            let texts = texts.map(|t| extract_texts(t, "texts")).transpose()?;
+            crate::vectors::build_from_file(
+                py,
+                &path,
+                &file,
+                texts,
+                (text_column, vector_column),
+                spec.as_ref(),
+                encoder.as_ref(),
+                chunk,
+            )?;
+            return PyIndex::open_at(path, encoder, false);
+        }
         let texts = texts
             .map(|t| extract_texts(t, "texts"))
             .transpose()?

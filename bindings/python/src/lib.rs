@@ -19,6 +19,7 @@ mod quantize;
 mod rerank;
 mod rules;
 mod sts;
+mod vectors;
 
 /// The compiled core of bertflow; use the `bertflow` package instead.
 #[pymodule]
@@ -34,5 +35,6 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     export::register(m)?;
     rerank::register(m)?;
     index::register(m)?;
+    vectors::register(m)?;
     Ok(())
 }

@@ -41,14 +41,24 @@ fn stage_bytes(q: &Quantizer) -> PyResult<Vec<u8>> {
         .map_err(errors::calib)
 }
 
-/// Fits the quantizer `spec` on the rows of `x` (GIL released).
+/// Fits the quantizer `spec` on the rows of `x` (GIL released); `after`, the
+/// kind of the calibrator whose output `x` is, brings the defaults that
+/// depend on it (ITQ for bits after a rotation, as `bertflow fit --quantize`).
 #[pyfunction]
+#[pyo3(signature = (spec, x, after=None))]
 fn fit_quantizer(
     py: Python<'_>,
     spec: &str,
     x: PyReadonlyArray2<'_, f32>,
+    after: Option<&str>,
 ) -> PyResult<PyQuantizer> {
-    let spec = parse(spec)?;
+    let spec = match after {
+        Some(kind) => spec
+            .parse::<bertflow_core::quantize::QuantRequest>()
+            .map_err(errors::calib)?
+            .after(kind),
+        None => parse(spec)?,
+    };
     let x = x.as_array();
     let q = py
         .detach(|| Quantizer::fit(&spec, x))

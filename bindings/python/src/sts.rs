@@ -11,7 +11,7 @@ use bertflow_core::grid::{score_targets, Target};
 
 use bertflow_core::eval::{
     average, check_data_dir, dedup_preserving_order, evaluate, fit_sentences, load_task,
-    resolve_data_dir, unique_sentences, Aggregate, EvalSet, FitCorpus, Task, TaskResult,
+    unique_sentences, Aggregate, EvalSet, FitCorpus, Task, TaskResult,
 };
 use numpy::{PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
@@ -40,8 +40,10 @@ fn parse_aggregate(s: &str) -> PyResult<Aggregate> {
         .map_err(|e: bertflow_core::eval::ParseAggregateError| PyValueError::new_err(e.to_string()))
 }
 
-/// The data folder (`data`, else `$BERTFLOW_DATA`, else `../shared/data/sts`)
-/// and the named tasks (all seven when None), in the canonical order.
+/// The data folder (core's one rule, as `bertflow eval --data`: `data`, else
+/// `$BERTFLOW_DATA`, else `../shared/data/sts` from the working directory or
+/// above the installed package) and the named tasks (all seven when None), in
+/// the canonical order.
 #[pyfunction]
 #[pyo3(signature = (data=None, tasks=None))]
 fn load_tasks(
@@ -49,7 +51,7 @@ fn load_tasks(
     data: Option<PathBuf>,
     tasks: Option<Vec<String>>,
 ) -> PyResult<(PathBuf, Vec<PyStsTask>)> {
-    let dir = resolve_data_dir(data.as_deref());
+    let dir = bertflow_core::defaults::data_dir(data.as_deref());
     let wanted: Vec<Task> = match tasks {
         None => Task::ALL.to_vec(),
         Some(names) => {

@@ -3,8 +3,9 @@
 Fenced blocks whose info string starts with ``sh``, ``bash``, ``console`` or ``python``
 are run in order, one temporary working directory per Markdown file (so a block may
 use the files an earlier block of the same file wrote), with ``target/release`` and
-this interpreter's directory first on PATH, ``models`` linked to the checkout's
-model folder (so ``models/all-MiniLM-L6-v2`` reads as in the checkout), and
+this interpreter's directory first on PATH, ``models`` and ``crates`` linked to the
+checkout's (so ``models/all-MiniLM-L6-v2`` and the test checkpoints under
+``crates/encoder/tests/fixtures`` read as in the checkout), and
 ``BERTFLOW_DATA``, ``BERTFLOW_MODEL`` (absolute) and ``BERTFLOW_CACHE`` set.
 ``sh``/``bash`` blocks run under ``bash -euo pipefail``; in a ``console`` block the
 lines starting with ``$ `` are the commands (the rest is their output, not compared);
@@ -113,6 +114,9 @@ def run_doc(doc, workdir, cache, include_slow):
     if not (MODEL / "config.json").is_file():
         pytest.fail(f"{MODEL} is missing: run scripts/fetch_model.sh")
     (workdir / "models").symlink_to(ROOT / "models", target_is_directory=True)
+    # The docs' examples run from the checkout: its test checkpoints (the only
+    # cross-encoders offline) read as crates/encoder/tests/fixtures there.
+    (workdir / "crates").symlink_to(ROOT / "crates", target_is_directory=True)
     env = doc_env(cache)
     port = str(free_port())
     groups = []

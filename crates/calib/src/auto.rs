@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::advise::{decide, stats_from, AutoStats, Decision};
 use crate::error::Result;
-use crate::io::{TensorReader, TensorWriter};
-use crate::linear::check_transform_input;
 use crate::softwhiten::{Eigen, SoftWhitening};
+use crate::stats::check_transform_input;
+use crate::tensors::{TensorReader, TensorWriter};
 use crate::Calibrator;
 
 /// Version of the decision rule, stored in every `auto` file.

@@ -15,6 +15,16 @@ pub enum CalibError {
         reason: String,
     },
 
+    /// A quantizer spec (`--quantize`, `quantize=`) could not be parsed or
+    /// does not fit the vectors.
+    #[error("invalid quantizer {spec:?}: {reason}")]
+    Quantizer {
+        /// The string that was parsed.
+        spec: String,
+        /// What is wrong and what would be valid.
+        reason: String,
+    },
+
     /// The data handed to `fit` cannot be used (empty, too few rows, ...).
     #[error("cannot fit {kind}: {reason}")]
     BadData {
@@ -112,3 +122,10 @@ pub enum CalibError {
 
 /// Short alias used throughout the crate.
 pub type Result<T, E = CalibError> = std::result::Result<T, E>;
+
+/// Parameters missing (a header deserialized without its tensors).
+pub(crate) fn not_loaded(kind: &str) -> CalibError {
+    CalibError::Numerical(format!(
+        "the {kind} calibrator has no parameters (deserialized without its tensors?); use load()"
+    ))
+}

@@ -5,12 +5,13 @@
 //! calibrator's kind, hyper-parameters and dimensions>}`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use safetensors::tensor::{SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CalibError, Result};
+use crate::tensors::{TensorReader, TensorWriter};
 use crate::{Calibrator, Fitted};
 
 /// Version of the file layout written by this crate for a calibrator alone.
@@ -84,6 +85,12 @@ pub struct CalibratorMeta {
     /// output (its scales and rotation are tensors named `quantizer.*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantizer: Option<crate::Quantizer>,
+    /// The prompt prepended to every sentence of the fit (its text; absent:
+    /// none, as in files written before prompts existed): vectors made with
+    /// another prompt are refused like another pooling
+    /// ([`crate::check_compatible_prompted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 /// The tensor holding [`WeightingMeta::weights`] in a calibrator file.
@@ -142,6 +149,7 @@ impl CalibratorMeta {
             sampled_from: None,
             warnings: Vec::new(),
             quantizer: None,
+            prompt: None,
         }
     }
 
@@ -173,6 +181,7 @@ impl CalibratorMeta {
             Some((identity, pooling)) => {
                 let mut m = Self::new(identity, pooling, self.input_dim, self.fit_corpus_size);
                 m.external = None;
+                m.prompt = self.prompt.clone();
                 m
             }
             None => {
@@ -208,45 +217,6 @@ impl CalibratorMeta {
     }
 }
 
-/// Checks that a saved calibrator can be applied to embeddings from `model`
-/// with `pooling` and dimension `dim`. A dimension mismatch is always an
-/// error; a model or pooling mismatch is an error unless `allow_mismatch`,
-/// in which case the tolerated mismatches are returned (for a warning).
-pub fn check_compatible(
-    meta: &CalibratorMeta,
-    model: &str,
-    pooling: &str,
-    dim: usize,
-    allow_mismatch: bool,
-) -> Result<Vec<String>> {
-    if meta.input_dim != dim {
-        return Err(CalibError::Incompatible(format!(
-            "the calibrator was fitted on {}-dimensional embeddings, these have {dim}",
-            meta.input_dim
-        )));
-    }
-    let mut mismatches = Vec::new();
-    if meta.model != model {
-        mismatches.push(format!(
-            "the calibrator was fitted on embeddings of model {:?}, not {model:?}",
-            meta.model
-        ));
-    }
-    if meta.pooling != pooling {
-        mismatches.push(format!(
-            "the calibrator was fitted with pooling {:?}, not {pooling:?}",
-            meta.pooling
-        ));
-    }
-    if !mismatches.is_empty() && !allow_mismatch {
-        return Err(CalibError::Incompatible(format!(
-            "{} (allow the mismatch to use it anyway)",
-            mismatches.join("; ")
-        )));
-    }
-    Ok(mismatches)
-}
-
 #[derive(Serialize)]
 struct FileHeaderRef<'a> {
     format: &'a str,
@@ -263,115 +233,21 @@ struct FileHeader {
     calibrator: Fitted,
 }
 
-/// Collects named tensors for saving.
-#[derive(Default)]
-pub(crate) struct TensorWriter {
-    tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
-}
-
-impl TensorWriter {
-    pub fn f64(&mut self, name: &str, shape: &[usize], data: impl Iterator<Item = f64>) {
-        let bytes = data.flat_map(|v| v.to_le_bytes()).collect();
-        self.tensors
-            .push((name.to_string(), Dtype::F64, shape.to_vec(), bytes));
+/// The format version of a file with `meta`'s quantizer stage (if any)
+/// after a calibrator of output dimension `out_dim`; an error when the
+/// stage takes another dimension, or the version recorded in `meta` is too
+/// old for a stage.
+fn check_stage(meta: &CalibratorMeta, out_dim: usize) -> Result<u32> {
+    let Some(q) = &meta.quantizer else {
+        return Ok(FORMAT_VERSION);
+    };
+    if q.dim != out_dim {
+        return Err(CalibError::Meta(format!(
+            "the quantizer takes {} dimensions, the calibrator gives {out_dim}",
+            q.dim
+        )));
     }
-
-    pub fn f32(&mut self, name: &str, shape: &[usize], data: impl Iterator<Item = f32>) {
-        let bytes = data.flat_map(|v| v.to_le_bytes()).collect();
-        self.tensors
-            .push((name.to_string(), Dtype::F32, shape.to_vec(), bytes));
-    }
-}
-
-/// Reads named tensors of a loaded file, checking dtype, shape and
-/// finiteness, and that no tensor is left unused.
-pub(crate) struct TensorReader<'a> {
-    st: SafeTensors<'a>,
-    path: PathBuf,
-    used: BTreeSet<String>,
-}
-
-impl TensorReader<'_> {
-    pub fn format_error(&self, reason: String) -> CalibError {
-        CalibError::Format {
-            path: self.path.clone(),
-            reason,
-        }
-    }
-
-    fn raw(&mut self, name: &str, dtype: Dtype, shape: &[usize]) -> Result<&[u8]> {
-        let view = self
-            .st
-            .tensor(name)
-            .map_err(|_| self.format_error(format!("missing tensor {name:?}")))?;
-        if view.dtype() != dtype {
-            return Err(self.format_error(format!(
-                "tensor {name:?} has dtype {:?}, expected {dtype:?}",
-                view.dtype()
-            )));
-        }
-        if view.shape() != shape {
-            return Err(self.format_error(format!(
-                "tensor {name:?} has shape {:?}, expected {shape:?}",
-                view.shape()
-            )));
-        }
-        self.used.insert(name.to_string());
-        Ok(view.data())
-    }
-
-    /// A `rows x cols` f64 tensor as a matrix (row-major, as written).
-    pub fn matrix_f64(
-        &mut self,
-        name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<ndarray::Array2<f64>> {
-        let v = self.f64(name, &[rows, cols])?;
-        ndarray::Array2::from_shape_vec((rows, cols), v)
-            .map_err(|e| self.format_error(e.to_string()))
-    }
-
-    pub fn f64(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f64>> {
-        let v: Vec<f64> = self
-            .raw(name, Dtype::F64, shape)?
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect();
-        if v.iter().any(|x| !x.is_finite()) {
-            return Err(self.format_error(format!("tensor {name:?} has non-finite values")));
-        }
-        Ok(v)
-    }
-
-    pub fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let v: Vec<f32> = self
-            .raw(name, Dtype::F32, shape)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        if v.iter().any(|x| !x.is_finite()) {
-            return Err(self.format_error(format!("tensor {name:?} has non-finite values")));
-        }
-        Ok(v)
-    }
-
-    fn finish(self) -> Result<()> {
-        let extra: Vec<String> = self
-            .st
-            .names()
-            .into_iter()
-            .filter(|n| !self.used.contains(*n))
-            .map(|n| n.to_string())
-            .collect();
-        if extra.is_empty() {
-            Ok(())
-        } else {
-            let mut extra = extra;
-            extra.sort();
-            Err(self.format_error(format!("unexpected tensors {extra:?}")))
-        }
-    }
+    Ok(QUANTIZED_FORMAT_VERSION)
 }
 
 /// Serialises a fitted calibrator and its metadata to safetensors bytes.
@@ -384,7 +260,7 @@ pub(crate) fn to_bytes(fitted: &Fitted, meta: &CalibratorMeta) -> Result<Vec<u8>
         )));
     }
     let mut meta = meta.clone();
-    let version = crate::quantize::check_stage(&meta, fitted.output_dim())?;
+    let version = check_stage(&meta, fitted.output_dim())?;
     meta.format_version = version;
     let mut w = TensorWriter::default();
     fitted.write_tensors(&mut w);
@@ -521,7 +397,7 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
     };
     reader.finish()?;
     checksum?;
-    crate::quantize::check_stage(&meta, fitted.output_dim()).map_err(|e| err(e.to_string()))?;
+    check_stage(&meta, fitted.output_dim()).map_err(|e| err(e.to_string()))?;
     if meta.input_dim != fitted.input_dim() {
         return Err(err(format!(
             "meta.input_dim {} does not match the calibrator's input dimension {}",

@@ -51,6 +51,7 @@
 mod advise;
 mod affine;
 mod auto;
+mod compat;
 pub mod error;
 mod fit;
 mod flow;
@@ -58,12 +59,14 @@ mod io;
 mod linear;
 mod moments;
 mod pca;
+mod projection;
 pub mod quantize;
 mod real;
 pub mod registry;
 mod softwhiten;
 pub mod spec;
 mod stats;
+mod tensors;
 
 use std::fmt;
 use std::path::Path;
@@ -74,16 +77,18 @@ use serde::{Deserialize, Serialize};
 pub use advise::{advise, decide, rule, stats, Advice, AutoStats, Decision};
 pub use affine::Affine;
 pub use auto::{Auto, AUTO_RULE};
+pub use compat::{check_compatible, check_compatible_prompted};
 pub use error::{CalibError, Result};
 pub use fit::{fit, fit_from_moments};
 pub use flow::Flow;
 pub use io::{
-    check_compatible, CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING,
-    FORMAT_VERSION, METADATA_KEY, QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
+    CalibratorMeta, ExternalInput, WeightingMeta, EXTERNAL_POOLING, FORMAT_VERSION, METADATA_KEY,
+    QUANTIZED_FORMAT_VERSION, WEIGHTING_TENSOR,
 };
 pub use linear::{Identity, Natsv, SnNatsv, StandardNorm, Whitening};
 pub use moments::{MomentStats, MOMENT_BLOCK};
 pub use pca::Pca;
+pub use projection::Projection;
 pub use quantize::{Codes, QuantKind, QuantSpec, Quantizer, Ranges};
 pub use registry::{Kind, Param, ParamType, Value, KINDS};
 pub use softwhiten::SoftWhitening;
@@ -220,7 +225,7 @@ impl Fitted {
         io::load(path)
     }
 
-    pub(crate) fn write_tensors(&self, w: &mut io::TensorWriter) {
+    pub(crate) fn write_tensors(&self, w: &mut tensors::TensorWriter) {
         match self {
             Fitted::None(_) => {}
             Fitted::Sn(s) => s.write_tensors(w, ""),
@@ -237,7 +242,7 @@ impl Fitted {
         }
     }
 
-    pub(crate) fn read_tensors(&mut self, r: &mut io::TensorReader) -> Result<()> {
+    pub(crate) fn read_tensors(&mut self, r: &mut tensors::TensorReader) -> Result<()> {
         match self {
             Fitted::None(_) => Ok(()),
             Fitted::Sn(s) => s.read_tensors(r, ""),

@@ -5,29 +5,14 @@
 use ndarray::{Array1, Array2, ArrayView2, Axis};
 use serde::{Deserialize, Serialize};
 
+use crate::error::not_loaded;
 use crate::error::{CalibError, Result};
-use crate::io::{TensorReader, TensorWriter};
 use crate::moments::{check_moments, MomentStats};
+use crate::projection::{Configuration, Layout, Projection};
+use crate::stats::check_transform_input;
 use crate::stats::{self, ZERO_VARIANCE_RTOL};
+use crate::tensors::{TensorReader, TensorWriter};
 use crate::Calibrator;
-
-/// Checks the column count and finiteness of a matrix to transform.
-pub(crate) fn check_transform_input(expected: usize, x: ArrayView2<f32>) -> Result<()> {
-    if x.ncols() != expected {
-        return Err(CalibError::DimMismatch {
-            expected,
-            found: x.ncols(),
-        });
-    }
-    stats::check_finite(x)
-}
-
-/// Parameters missing (a header deserialized without its tensors).
-pub(crate) fn not_loaded(kind: &str) -> CalibError {
-    CalibError::Numerical(format!(
-        "the {kind} calibrator has no parameters (deserialized without its tensors?); use load()"
-    ))
-}
 
 /// The identity: the raw embedding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,7 +143,7 @@ impl Calibrator for StandardNorm {
     }
 }
 
-/// BERT-whitening (Su et al. 2021): `y = (x - mu) U[:, :k] diag(1/sqrt(s[:k]))`
+/// BERT-whitening (Su et al. 2021), a configuration of [`Projection`]: `y = (x - mu) U[:, :k] diag(1/sqrt(s[:k]))`
 /// with `Sigma = U diag(s) U^T` the covariance (divided by n - 1), eigenvalues
 /// in decreasing order.
 ///
@@ -176,12 +161,9 @@ pub struct Whitening {
     pub rank: usize,
     /// Output dimension: `min(k, rank)`.
     pub out_dim: usize,
+    /// `W[:, :k]` and the kept eigenvalues.
     #[serde(skip)]
-    mean: Array1<f64>,
-    #[serde(skip)]
-    w: Array2<f64>,
-    #[serde(skip)]
-    eigenvalues: Array1<f64>,
+    projection: Projection,
 }
 
 impl Whitening {
@@ -209,45 +191,51 @@ impl Whitening {
             k,
             rank,
             out_dim,
-            mean: stats.mean().clone(),
-            w,
-            eigenvalues: Array1::from(values[..out_dim].to_vec()),
+            projection: Projection::new(
+                stats.mean().clone(),
+                w,
+                Array1::from(values[..out_dim].to_vec()),
+            ),
         })
     }
 
     /// Mean subtracted before projecting.
     pub fn mean(&self) -> &Array1<f64> {
-        &self.mean
+        self.projection.mean()
     }
 
     /// The whitening matrix `W[:, :k]` (dim x out_dim).
     pub fn matrix(&self) -> &Array2<f64> {
-        &self.w
+        self.projection.matrix()
     }
 
     /// The covariance eigenvalues of the kept directions, decreasing.
     pub fn eigenvalues(&self) -> &Array1<f64> {
-        &self.eigenvalues
+        self.projection.spectrum()
+    }
+
+    /// The projection (mean, `W`, eigenvalues).
+    pub fn projection(&self) -> &Projection {
+        &self.projection
     }
 
     /// Transform in f64 (tests check the whitened covariance at f64 precision).
     pub fn transform_f64(&self, x: ArrayView2<f32>) -> Result<Array2<f64>> {
-        if self.mean.len() != self.dim || self.w.dim() != (self.dim, self.out_dim) {
-            return Err(not_loaded("whiten"));
+        self.project(x)
+    }
+
+    /// The file's tensors: `mean`, `w`, `eigenvalues` (of the kept directions).
+    fn layout(&self) -> Layout {
+        Layout {
+            mean: Some("mean"),
+            matrix: "w",
+            spectrum: "eigenvalues",
+            spectrum_len: self.out_dim,
         }
-        check_transform_input(self.dim, x)?;
-        let xc = stats::centred(x, &self.mean);
-        Ok(xc.dot(&self.w))
     }
 
     pub(crate) fn write_tensors(&self, w: &mut TensorWriter) {
-        w.f64("mean", &[self.dim], self.mean.iter().copied());
-        w.f64("w", &[self.dim, self.out_dim], self.w.iter().copied());
-        w.f64(
-            "eigenvalues",
-            &[self.out_dim],
-            self.eigenvalues.iter().copied(),
-        );
+        self.projection.write_tensors(w, "", &self.layout());
     }
 
     pub(crate) fn read_tensors(&mut self, r: &mut TensorReader) -> Result<()> {
@@ -257,24 +245,20 @@ impl Whitening {
                 self.out_dim, self.rank, self.dim
             )));
         }
-        self.mean = Array1::from(r.f64("mean", &[self.dim])?);
-        self.w = r.matrix_f64("w", self.dim, self.out_dim)?;
-        self.eigenvalues = Array1::from(r.f64("eigenvalues", &[self.out_dim])?);
+        self.projection = Projection::read_tensors(r, "", &self.layout(), self.dim, self.out_dim)?;
         Ok(())
     }
 }
 
-impl Calibrator for Whitening {
-    fn input_dim(&self) -> usize {
-        self.dim
+impl Configuration for Whitening {
+    const KIND: &'static str = "whiten";
+    fn projection(&self) -> &Projection {
+        &self.projection
     }
-    fn output_dim(&self) -> usize {
-        self.out_dim
+    fn dims(&self) -> (usize, usize) {
+        (self.dim, self.out_dim)
     }
-    fn transform(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {
-        Ok(self.transform_f64(x)?.mapv(|v| v as f32))
-    }
-    fn describe(&self) -> String {
+    fn description(&self) -> String {
         let k = self.k.map_or("all".to_string(), |k| k.to_string());
         format!(
             "whiten (k={k}, covariance rank {}; {} -> {} dims)",

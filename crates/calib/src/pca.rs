@@ -11,13 +11,13 @@ use ndarray::{Array1, Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CalibError, Result};
-use crate::io::{TensorReader, TensorWriter};
-use crate::linear::{check_transform_input, not_loaded};
 use crate::moments::{check_moments, MomentStats};
-use crate::{stats, Calibrator};
+use crate::projection::{Configuration, Layout, Projection};
+use crate::stats;
+use crate::tensors::{TensorReader, TensorWriter};
 
 /// The fitted rotation: `y = (x - mean) R[:, :k]`, `mean` zero unless
-/// `centre`.
+/// `centre`; a configuration of [`Projection`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pca {
     /// Input dimension.
@@ -28,12 +28,9 @@ pub struct Pca {
     pub centre: bool,
     /// Output dimension: `min(k, dim)`.
     pub out_dim: usize,
+    /// The kept axes and their energies (the mean zero unless `centre`).
     #[serde(skip)]
-    mean: Array1<f64>,
-    #[serde(skip)]
-    rotation: Array2<f64>,
-    #[serde(skip)]
-    eigenvalues: Array1<f64>,
+    projection: Projection,
 }
 
 impl Pca {
@@ -74,51 +71,52 @@ impl Pca {
             k,
             centre,
             out_dim,
-            mean,
-            rotation: vectors.slice(ndarray::s![.., ..out_dim]).to_owned(),
-            eigenvalues: values[..out_dim].iter().map(|v| v.max(0.0)).collect(),
+            projection: Projection::new(
+                mean,
+                vectors.slice(ndarray::s![.., ..out_dim]).to_owned(),
+                values[..out_dim].iter().map(|v| v.max(0.0)).collect(),
+            ),
         })
     }
 
     /// Mean subtracted first (zeros when uncentred).
     pub fn mean(&self) -> &Array1<f64> {
-        &self.mean
+        self.projection.mean()
     }
 
     /// The kept axes as orthonormal columns (dim x out_dim).
     pub fn rotation(&self) -> &Array2<f64> {
-        &self.rotation
+        self.projection.matrix()
     }
 
     /// The energy (second-moment or covariance eigenvalue) of each kept
     /// axis, decreasing.
     pub fn eigenvalues(&self) -> &Array1<f64> {
-        &self.eigenvalues
+        self.projection.spectrum()
+    }
+
+    /// The projection (mean, axes, energies).
+    pub fn projection(&self) -> &Projection {
+        &self.projection
     }
 
     /// Transform in f64.
     pub fn transform_f64(&self, x: ArrayView2<f32>) -> Result<Array2<f64>> {
-        if self.mean.len() != self.dim || self.rotation.dim() != (self.dim, self.out_dim) {
-            return Err(not_loaded("pca"));
+        self.project(x)
+    }
+
+    /// The file's tensors: `mean` (only when centred), `rotation`, `eigenvalues`.
+    fn layout(&self) -> Layout {
+        Layout {
+            mean: self.centre.then_some("mean"),
+            matrix: "rotation",
+            spectrum: "eigenvalues",
+            spectrum_len: self.out_dim,
         }
-        check_transform_input(self.dim, x)?;
-        Ok(stats::centred(x, &self.mean).dot(&self.rotation))
     }
 
     pub(crate) fn write_tensors(&self, w: &mut TensorWriter) {
-        if self.centre {
-            w.f64("mean", &[self.dim], self.mean.iter().copied());
-        }
-        w.f64(
-            "rotation",
-            &[self.dim, self.out_dim],
-            self.rotation.iter().copied(),
-        );
-        w.f64(
-            "eigenvalues",
-            &[self.out_dim],
-            self.eigenvalues.iter().copied(),
-        );
+        self.projection.write_tensors(w, "", &self.layout());
     }
 
     pub(crate) fn read_tensors(&mut self, r: &mut TensorReader) -> Result<()> {
@@ -129,28 +127,20 @@ impl Pca {
                 self.out_dim, self.k, self.dim
             )));
         }
-        self.mean = if self.centre {
-            Array1::from(r.f64("mean", &[self.dim])?)
-        } else {
-            Array1::zeros(self.dim)
-        };
-        self.rotation = r.matrix_f64("rotation", self.dim, self.out_dim)?;
-        self.eigenvalues = Array1::from(r.f64("eigenvalues", &[self.out_dim])?);
+        self.projection = Projection::read_tensors(r, "", &self.layout(), self.dim, self.out_dim)?;
         Ok(())
     }
 }
 
-impl Calibrator for Pca {
-    fn input_dim(&self) -> usize {
-        self.dim
+impl Configuration for Pca {
+    const KIND: &'static str = "pca";
+    fn projection(&self) -> &Projection {
+        &self.projection
     }
-    fn output_dim(&self) -> usize {
-        self.out_dim
+    fn dims(&self) -> (usize, usize) {
+        (self.dim, self.out_dim)
     }
-    fn transform(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {
-        Ok(self.transform_f64(x)?.mapv(|v| v as f32))
-    }
-    fn describe(&self) -> String {
+    fn description(&self) -> String {
         let axes = if self.centre {
             "covariance axes, centred"
         } else {

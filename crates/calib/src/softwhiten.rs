@@ -33,14 +33,14 @@ use ndarray::{Array1, Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CalibError, Result};
-use crate::io::{TensorReader, TensorWriter};
-use crate::linear::{check_transform_input, not_loaded};
 use crate::moments::MomentStats;
+use crate::projection::{Configuration, Layout, Projection};
 use crate::spec::{CalibSpec, SoftParams};
 use crate::stats;
-use crate::Calibrator;
+use crate::tensors::{TensorReader, TensorWriter};
 
-/// Soft whitening `y = (x - mu) U diag(s'^(-alpha/2))`; see the module docs.
+/// Soft whitening `y = (x - mu) U diag(s'^(-alpha/2))`, a configuration of
+/// [`Projection`] (then the blend, if any); see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SoftWhitening {
     /// Input dimension.
@@ -51,12 +51,9 @@ pub struct SoftWhitening {
     /// Numerical rank of the fit data's covariance (the output dimension is
     /// `rank - drop`, or `dim` when blended).
     pub rank: usize,
+    /// The mean, the matrix and the kept eigenvalues (before shrinkage).
     #[serde(skip)]
-    mean: Array1<f64>,
-    #[serde(skip)]
-    w: Array2<f64>,
-    #[serde(skip)]
-    eigenvalues: Array1<f64>,
+    projection: Projection,
 }
 
 /// The covariance eigendecomposition of `x` (f64, decreasing), its mean and
@@ -145,9 +142,7 @@ impl SoftWhitening {
             dim: d,
             params: p,
             rank: r,
-            mean: e.mean.clone(),
-            w,
-            eigenvalues: Array1::from(kept.to_vec()),
+            projection: Projection::new(e.mean.clone(), w, Array1::from(kept.to_vec())),
         })
     }
 
@@ -161,60 +156,43 @@ impl SoftWhitening {
 
     /// Mean subtracted before projecting.
     pub fn mean(&self) -> &Array1<f64> {
-        &self.mean
+        self.projection.mean()
     }
 
     /// The projection `U diag(s'^(-alpha/2))` over the kept directions,
     /// scaled so that its first column has unit norm (dim x (rank - drop));
     /// when blended, `U diag(s'^(-alpha/2)) U^T` (dim x dim).
     pub fn matrix(&self) -> &Array2<f64> {
-        &self.w
+        self.projection.matrix()
     }
 
     /// Covariance eigenvalues of the kept directions (before shrinkage), decreasing.
     pub fn eigenvalues(&self) -> &Array1<f64> {
-        &self.eigenvalues
+        self.projection.spectrum()
+    }
+
+    /// The projection (mean, matrix, eigenvalues).
+    pub fn projection(&self) -> &Projection {
+        &self.projection
     }
 
     /// Transform in f64.
     pub fn transform_f64(&self, x: ArrayView2<f32>) -> Result<Array2<f64>> {
-        if self.mean.len() != self.dim || self.w.dim() != (self.dim, self.out_dim()) {
-            return Err(not_loaded("softwhiten"));
+        self.project(x)
+    }
+
+    /// The file's tensors: `mean`, `w`, `eigenvalues` (all `rank` of them).
+    fn layout(&self) -> Layout {
+        Layout {
+            mean: Some("mean"),
+            matrix: "w",
+            spectrum: "eigenvalues",
+            spectrum_len: self.rank,
         }
-        check_transform_input(self.dim, x)?;
-        let xc = stats::centred(x, &self.mean);
-        let mut z = xc.dot(&self.w);
-        if self.params.blend > 0.0 {
-            let b = self.params.blend;
-            for (mut zr, xr) in z.rows_mut().into_iter().zip(x.rows()) {
-                let xn = xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
-                let zn = zr.iter().map(|v| v * v).sum::<f64>().sqrt();
-                let xs = if xn > 0.0 { b / xn } else { 0.0 };
-                let zs = if zn > 0.0 { (1.0 - b) / zn } else { 0.0 };
-                for (zv, &xv) in zr.iter_mut().zip(xr.iter()) {
-                    *zv = xs * xv as f64 + zs * *zv;
-                }
-            }
-        }
-        Ok(z)
     }
 
     pub(crate) fn write_tensors(&self, w: &mut TensorWriter, prefix: &str) {
-        w.f64(
-            &format!("{prefix}mean"),
-            &[self.dim],
-            self.mean.iter().copied(),
-        );
-        w.f64(
-            &format!("{prefix}w"),
-            &[self.dim, self.out_dim()],
-            self.w.iter().copied(),
-        );
-        w.f64(
-            &format!("{prefix}eigenvalues"),
-            &[self.rank],
-            self.eigenvalues.iter().copied(),
-        );
+        self.projection.write_tensors(w, prefix, &self.layout());
     }
 
     pub(crate) fn read_tensors(&mut self, r: &mut TensorReader, prefix: &str) -> Result<()> {
@@ -232,24 +210,36 @@ impl SoftWhitening {
             return Err(r.format_error(format!("inconsistent header: {reason}")));
         }
         let out = self.out_dim();
-        self.mean = Array1::from(r.f64(&format!("{prefix}mean"), &[self.dim])?);
-        self.w = r.matrix_f64(&format!("{prefix}w"), self.dim, out)?;
-        self.eigenvalues = Array1::from(r.f64(&format!("{prefix}eigenvalues"), &[self.rank])?);
+        self.projection = Projection::read_tensors(r, prefix, &self.layout(), self.dim, out)?;
         Ok(())
     }
 }
 
-impl Calibrator for SoftWhitening {
-    fn input_dim(&self) -> usize {
-        self.dim
+impl Configuration for SoftWhitening {
+    const KIND: &'static str = "softwhiten";
+    fn projection(&self) -> &Projection {
+        &self.projection
     }
-    fn output_dim(&self) -> usize {
-        self.out_dim()
+    fn dims(&self) -> (usize, usize) {
+        (self.dim, self.out_dim())
     }
-    fn transform(&self, x: ArrayView2<f32>) -> Result<Array2<f32>> {
-        Ok(self.transform_f64(x)?.mapv(|v| v as f32))
+    /// The blend: `y = b x/|x| + (1 - b) z/|z|`.
+    fn finish(&self, x: ArrayView2<f32>, mut z: Array2<f64>) -> Array2<f64> {
+        if self.params.blend > 0.0 {
+            let b = self.params.blend;
+            for (mut zr, xr) in z.rows_mut().into_iter().zip(x.rows()) {
+                let xn = xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+                let zn = zr.iter().map(|v| v * v).sum::<f64>().sqrt();
+                let xs = if xn > 0.0 { b / xn } else { 0.0 };
+                let zs = if zn > 0.0 { (1.0 - b) / zn } else { 0.0 };
+                for (zv, &xv) in zr.iter_mut().zip(xr.iter()) {
+                    *zv = xs * xv as f64 + zs * *zv;
+                }
+            }
+        }
+        z
     }
-    fn describe(&self) -> String {
+    fn description(&self) -> String {
         let mut opts = format!("alpha={}, shrink={}", self.params.alpha, self.params.shrink);
         if self.params.drop > 0 {
             opts.push_str(&format!(", drop={}", self.params.drop));

@@ -81,3 +81,14 @@ pub(crate) fn numerical_rank(values_desc: &[f64]) -> usize {
         .take_while(|&&v| v > ZERO_VARIANCE_RTOL * max)
         .count()
 }
+
+/// Checks the column count and finiteness of a matrix to transform.
+pub(crate) fn check_transform_input(expected: usize, x: ArrayView2<f32>) -> Result<()> {
+    if x.ncols() != expected {
+        return Err(CalibError::DimMismatch {
+            expected,
+            found: x.ncols(),
+        });
+    }
+    check_finite(x)
+}

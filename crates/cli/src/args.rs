@@ -41,6 +41,10 @@ pub use bertflow_core::parse::{parse_pooling, parse_precision};
 /// core's [`bertflow_core::weighting::Weighting`].
 pub type WeightingArgs = bertflow_core::weighting::Weighting;
 
+/// The prompt before every text (`--prompt-name`, `--prompt`; `encode`,
+/// `eval`, `fit`, `compare`): core's [`bertflow_core::PromptConfig`].
+pub type PromptArgs = bertflow_core::PromptConfig;
+
 /// What makes the vectors: the model, the pooling and an optional calibrator
 /// (`index build/add/verify`, `export`, `serve`; `encode` and `eval` add the
 /// weighting): core's [`PipelineConfig`].

@@ -136,10 +136,9 @@ fn run_encode(a: EncodeBenchArgs) -> Result<()> {
         &*progress::handle(),
         &mut |enc, precision, sentences, tokens| {
             if text {
-                let intra = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
                 println!(
                     "bench encode ({mode}, {precision}): {} ({}), {sentences} STS-B test sentences \
-                     ({tokens} tokens), batch {}, RAYON_NUM_THREADS={intra}, {} cores ({}), \
+                     ({tokens} tokens), batch {}, {} cores ({}), \
                      kernel {} (kernels: {})",
                     enc.model_id(),
                     a.pooling,

@@ -1,6 +1,6 @@
 //! `bertflow compare`: the paper-style table, poolings x calibrators on the
 //! seven STS tasks, each calibrator fitted per task.
-use crate::args::{parse_pooling, ModelArgs};
+use crate::args::{parse_pooling, ModelArgs, PromptArgs};
 use crate::cmd_eval::TaskArgs;
 use anyhow::Result;
 use bertflow_core::compare::{parse_weightings, CompareSpec, Comparison};
@@ -31,6 +31,8 @@ pub struct CompareArgs {
     pub freq_file: Option<PathBuf>,
     #[command(flatten)]
     pub tasks: TaskArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -41,7 +43,9 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let targets = a.tasks.targets()?;
     let aggregates = a.tasks.aggregates();
     let weightings = parse_weightings(&a.weighting, a.freq_file.as_deref())?;
-    let embedder = crate::args::load_model(&a.model)?;
+    let mut model = a.model.clone();
+    model.prompt = a.prompt.clone();
+    let embedder = crate::args::load_model(&model)?;
     let comparison = Comparison::run(
         &embedder,
         &CompareSpec {

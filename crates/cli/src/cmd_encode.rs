@@ -1,8 +1,8 @@
 //! `bertflow encode`: sentences in, embeddings out.
-use crate::args::{open_pipeline, VectorArgs, WeightingArgs};
+use crate::args::{open_pipeline, PromptArgs, VectorArgs, WeightingArgs};
 use crate::progress;
 use anyhow::Result;
-use bertflow_core::io::{read_sentences, write_embeddings, EmptyLines};
+use bertflow_core::io::{check_embeddings_output, read_sentences, write_embeddings, EmptyLines};
 use bertflow_core::quantize::{self, Output, QuantSpec};
 use clap::Args;
 use std::collections::HashMap;
@@ -41,13 +41,24 @@ pub struct EncodeArgs {
     pub empty: EmptyLines,
     #[command(flatten)]
     pub weighting: WeightingArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {
+    // The output's format first: a wrong extension costs nothing.
+    match &a.quantize {
+        Some(q) => quantize::check_codes_output(&a.output, q.kind.name())?,
+        None => check_embeddings_output(&a.output)?,
+    }
     let input = read_sentences(&a.input, a.jsonl, a.empty)?;
     let mut config = a.vectors;
     config.weighting = a.weighting;
+    config.model.prompt = a.prompt;
     let mut pipeline = open_pipeline(&config)?;
+    if let Some(q) = pipeline.calibrator().and_then(quantize::stage_of) {
+        quantize::check_codes_output(&a.output, q.spec.kind.name())?;
+    }
     // Without a calibrator (which brings its weights) or a frequency file, the
     // word-piece frequencies are counted on the input.
     pipeline.count_weights(&input.texts, false)?;
@@ -80,6 +91,9 @@ pub fn run(a: EncodeArgs) -> Result<()> {
     }
     if a.normalize {
         meta.insert("normalized".to_string(), "true".to_string());
+    }
+    if let Some(p) = pipeline.prompt() {
+        meta.insert("prompt".to_string(), p.text.clone());
     }
     write_embeddings(&a.output, &m, &input, &meta)?;
     progress::note(format!(

@@ -1,5 +1,5 @@
 //! `bertflow eval`: Spearman/Pearson x100 on the STS benchmarks.
-use crate::args::{open_pipeline, DataArgs, VectorArgs, WeightingArgs};
+use crate::args::{open_pipeline, DataArgs, PromptArgs, VectorArgs, WeightingArgs};
 use anyhow::{bail, Result};
 use bertflow_core::calib::CalibSpec;
 use bertflow_core::eval::{Aggregate, Task};
@@ -92,6 +92,8 @@ pub struct EvalArgs {
     pub fit: Option<CalibSpec>,
     #[command(flatten)]
     pub weighting: WeightingArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Also report each subset of STS12-16.
     #[arg(long)]
     pub per_subset: bool,
@@ -105,6 +107,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
     let aggregate = a.tasks.single_aggregate()?;
     let mut config = a.vectors;
     config.weighting = a.weighting;
+    config.model.prompt = a.prompt;
     // A calibrator file brings its own weights; otherwise word-piece
     // frequencies are counted per task on the --on sentences.
     let pipeline = open_pipeline(&config)?;

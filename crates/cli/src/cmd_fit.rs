@@ -1,5 +1,5 @@
 //! `bertflow fit`: fit one calibrator and save it as a file.
-use crate::args::{parse_pooling, DataArgs, ModelArgs, WeightingArgs};
+use crate::args::{parse_pooling, DataArgs, ModelArgs, PromptArgs, WeightingArgs};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::calib::{CalibSpec, Calibrator};
@@ -7,7 +7,7 @@ use bertflow_core::encoder::Pooling;
 use bertflow_core::eval::{dedup_preserving_order, fit_sentences, FitCorpus, Task};
 use bertflow_core::fitting::{self, fit_embeddings, ExternalFit, FitOutcome};
 use bertflow_core::io::{read_sentences, EmptyLines};
-use bertflow_core::quantize::{self, QuantSpec};
+use bertflow_core::quantize::{self, QuantRequest};
 use clap::Args;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -76,7 +76,8 @@ pub struct FitArgs {
     #[arg(long, default_value = "target:STS-B", value_name = "CORPUS")]
     pub on: Corpus,
     /// Fit on these embeddings instead of encoding sentences: a .npy (float32 or
-    /// float64, n x d) or .safetensors file from any source. --model, --pooling and
+    /// float64, n x d) or .safetensors file from any source, or Parquet (a file or
+    /// Spark's output folder) with an `embedding` column. --model, --pooling and
     /// --on are then not used.
     #[arg(long, value_name = "FILE")]
     pub embeddings: Option<PathBuf>,
@@ -90,14 +91,18 @@ pub struct FitArgs {
     #[arg(long, value_name = "N")]
     pub sample: Option<usize>,
     /// End the file in a quantizer fitted on the calibrated fit rows:
-    /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true,iters=N],
+    /// int8[:ranges=global|dim], uint8[:...], binary[:itq=true|false,iters=N],
     /// ubinary[:...], pq:m=M[,opq=true|false,iters=N] (product quantizer with an OPQ
-    /// rotation: M bytes per vector). `bertflow encode --calibrator FILE` then writes codes.
-    /// The fit rows are kept in memory.
+    /// rotation: M bytes per vector); `bertflow kinds` lists them. After pca, binary and
+    /// ubinary fit an ITQ rotation unless itq=false (plain sign bits of principal axes
+    /// lose much of the recall). `bertflow encode --calibrator
+    /// FILE` then writes codes. The fit rows are kept in memory.
     #[arg(long, value_name = "QUANTIZER")]
-    pub quantize: Option<QuantSpec>,
+    pub quantize: Option<QuantRequest>,
     #[command(flatten)]
     pub weighting: WeightingArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     #[command(flatten)]
     pub data: DataArgs,
     /// Where to write the calibrator (.safetensors).
@@ -107,8 +112,13 @@ pub struct FitArgs {
 
 pub fn run(a: FitArgs) -> Result<()> {
     bertflow_core::fitting::check_sample(a.sample)?;
+    // The quantizer's defaults that depend on the calibrator (ITQ after a rotation).
+    let quantizer = a.quantize.map(|q| q.after(a.kind.kind()));
     let weighting = a.weighting.clone();
     let (outcome, what) = match &a.embeddings {
+        Some(_) if !a.prompt.is_default() => {
+            anyhow::bail!("--prompt-name and --prompt apply when bertflow encodes sentences, not to --embeddings")
+        }
         Some(_) if !weighting.is_plain_mean() => {
             anyhow::bail!(
                 "--weighting applies when bertflow encodes sentences, not to --embeddings"
@@ -121,7 +131,7 @@ pub fn run(a: FitArgs) -> Result<()> {
                 label: a.label.clone(),
                 sample: a.sample,
             };
-            let out = match &a.quantize {
+            let out = match &quantizer {
                 Some(q) => quantize::fit_embeddings_quantized(&cfg, q, &*progress::handle())?,
                 None => fit_embeddings(&cfg, &*progress::handle())?,
             };
@@ -133,8 +143,10 @@ pub fn run(a: FitArgs) -> Result<()> {
                 Corpus::File(p) => read_sentences(p, false, EmptyLines::Skip)?.texts,
             };
             let sentences = dedup_preserving_order(sentences);
-            let emb = crate::args::load_model(&a.model)?;
-            let out = match &a.quantize {
+            let mut model = a.model.clone();
+            model.prompt = a.prompt.clone();
+            let emb = crate::args::load_model(&model)?;
+            let out = match &quantizer {
                 Some(q) => quantize::fit_sentences_quantized(
                     &emb, &sentences, &a.pooling, &a.kind, a.sample, &weighting, q,
                 )?,

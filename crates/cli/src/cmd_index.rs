@@ -401,8 +401,9 @@ fn search(mut a: SearchArgs) -> Result<()> {
     };
     let pipeline = open_pipeline(&a.vectors)?;
     index.identity().check_matches(&pipeline.identity()?)?;
+    let query = pipeline.prompt_texts(a.query.clone(), None)?;
     let raw = pipeline
-        .embed_batch(&a.query, &pipeline.embedder().opts)?
+        .embed_batch(&query, &pipeline.embedder().opts)?
         .vectors;
     let queries = pipeline.calibrate(raw)?;
     let params = SearchParams {

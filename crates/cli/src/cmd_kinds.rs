@@ -19,13 +19,26 @@ pub fn run(a: KindsArgs) -> Result<()> {
     let text = if a.json {
         serde_json::to_string_pretty(&registry::to_json())? + "\n"
     } else {
-        registry::table()
+        registry::table() + &quantizer_table()
     };
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         // `bertflow kinds | head` is not an error.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => Ok(r?),
     }
+}
+
+/// The quantizers (`fit --quantize`, `encode --quantize`, `index build
+/// --quantize`), one line each.
+fn quantizer_table() -> String {
+    let mut out = String::from(
+        "\nQuantizers (--quantize of fit, encode and index build; a calibrator file's last \
+         stage):\n\n",
+    );
+    for (spec, doc) in bertflow_core::quantize::QUANTIZERS {
+        out.push_str(&format!("  {spec:<34} {doc}\n"));
+    }
+    out
 }
 
 /// `-h` of a flag taking one spec.

@@ -138,6 +138,15 @@ pub struct ServeArgs {
     /// 413. bertflow's own routes always cut.
     #[arg(long, help_heading = "Server limits")]
     pub auto_truncate: bool,
+    /// The model's prompt (a name in its config_sentence_transformers.json) before every
+    /// text a request does not give a prompt_name for (TEI's name) [default: the model's
+    /// default_prompt_name, if any].
+    #[arg(long, value_name = "NAME", conflicts_with = "default_prompt")]
+    pub default_prompt_name: Option<String>,
+    /// This text before every text a request does not give a prompt_name for (TEI's name);
+    /// an empty one turns the model's default prompt off.
+    #[arg(long, value_name = "TEXT")]
+    pub default_prompt: Option<String>,
 }
 
 /// An API key from the command line or the environment; `Debug` never shows it.
@@ -202,6 +211,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
     a.config(None, ApiKeys::none()).validate().context(
         "invalid server limits (see --workers, --max-queue-inputs, --max-inputs-per-request, ...)",
     )?;
+    // The port before the model: a port in use fails now, not after the load.
+    let listener = bind(&a.host, a.port)?;
     if a.vectors.model.threads.is_some() {
         progress::note("note: --threads / BERTFLOW_THREADS does not apply to serve; use --workers");
     }
@@ -212,6 +223,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     vectors.model.threads = None;
     vectors.model.no_cache = true;
+    vectors.model.prompt = bertflow_core::PromptConfig {
+        prompt_name: a.default_prompt_name.clone(),
+        prompt: a.default_prompt.clone(),
+    };
     let (backend, corpus, search_index) =
         if bertflow_core::rerank::is_reranker(&vectors.model.model).unwrap_or(false) {
             (reranker_backend(&a, &vectors)?, None, None)
@@ -242,10 +257,32 @@ pub fn run(a: ServeArgs) -> Result<()> {
     config.search_index = search_index;
     // Prints "bertflow-server listening on http://ADDR" to stderr once bound, then serves
     // until SIGTERM or Ctrl-C and drains every request already received.
-    bertflow_server::run(backend, config, &a.host, a.port)
+    bertflow_server::run_on(backend, config, listener)
         .with_context(|| format!("bertflow serve on {}:{} failed", a.host, a.port))?;
     progress::note("server stopped");
     Ok(())
+}
+
+/// The listener on `host:port`; the error says what to do (the OS error once).
+fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
+    bertflow_server::bind(host, port).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!(
+                "another program holds port {port}: stop it, choose another --port, or give \
+                 --port 0 to let the system pick a free one (printed at start)"
+            ),
+            std::io::ErrorKind::PermissionDenied => format!(
+                "port {port} needs privileges here: choose a port above 1023, or --port 0 for \
+                 a free one"
+            ),
+            std::io::ErrorKind::AddrNotAvailable => format!(
+                "{host} is not an address of this machine: --host 127.0.0.1 (this machine \
+                 only) or 0.0.0.0 (every interface)"
+            ),
+            _ => "check --host and --port (--port 0 lets the system pick a free port)".into(),
+        };
+        anyhow::anyhow!("cannot listen on {host}:{port}: {e}; {hint}")
+    })
 }
 
 /// The backend of a cross-encoder checkpoint: TEI's `/rerank` and `/predict`

@@ -17,8 +17,9 @@ pub struct TransformArgs {
     /// The calibrator (.safetensors from `bertflow fit` or Python `save`).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub calibrator: PathBuf,
-    /// Embeddings: .npy (float32 or float64, n x d, C order) or .safetensors (one 2-D
-    /// tensor, `embeddings` if several).
+    /// Embeddings: .npy (float32 or float64, n x d, C order), .safetensors (one 2-D
+    /// tensor, `embeddings` if several), or Parquet (a file or Spark's output folder)
+    /// with an `embedding` column (array<float> or array<double>).
     #[arg(long, short = 'i', value_name = "FILE")]
     pub input: PathBuf,
     /// Where to write the calibrated embeddings (float32 .npy, same row order; int8 or

@@ -15,9 +15,11 @@ mod cmd_rerank;
 mod cmd_serve;
 mod cmd_transform;
 mod cmd_tune;
+mod help;
 mod progress;
 
-use clap::{Parser, Subcommand};
+use bertflow_core::io::EMPTY_RULES_HINT;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 const ABOUT: &str =
     "Calibrated sentence embeddings from BERT-family models: BERT-flow, whitening and friends, \
@@ -42,7 +44,8 @@ Typical use:
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// No progress bars or notes on stderr (they are also hidden when stderr is not a terminal).
+    /// No progress bars or notes on stderr. Without it, progress bars are hidden when stderr
+    /// is not a terminal, and notes are still written (they belong in logs).
     #[arg(long, short = 'q', global = true)]
     quiet: bool,
 }
@@ -96,7 +99,8 @@ enum Command {
     Tune(cmd_tune::TuneArgs),
     /// List the poolings and the hidden states each one reads.
     Poolings,
-    /// List the calibrator kinds: their options, defaults and ranges (--json: as data).
+    /// List the calibrator kinds (their options, defaults and ranges; --json: as data)
+    /// and the quantizers.
     Kinds(cmd_kinds::KindsArgs),
 }
 
@@ -109,6 +113,15 @@ fn describe(e: &anyhow::Error) -> String {
                 .downcast_ref::<bertflow_core::CoreError>()
                 .and_then(|e| e.setting_parts())
             {
+                // The default rule for empty lines refused one: the user never
+                // gave --empty, so the message spells the flag to give.
+                Some(("empty", message)) => match message.strip_suffix(EMPTY_RULES_HINT) {
+                    Some(what) => format!(
+                        "{what}give `--empty skip` to drop empty lines, or `--empty keep` to \
+                         embed them"
+                    ),
+                    None => format!("--empty: {message}"),
+                },
                 Some((field, message)) => format!("--{}: {message}", field.replace('_', "-")),
                 None => cause.to_string(),
             }
@@ -126,12 +139,8 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    // Parallelism comes from batch workers, each running its matrix products on one
-    // core; candle's intra-op threading would oversubscribe the cores.
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        std::env::set_var("RAYON_NUM_THREADS", "1");
-    }
-    let cli = Cli::parse();
+    let matches = help::shape(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     progress::set_quiet(cli.quiet);
     let result = match cli.command {
         Command::Encode(a) => cmd_encode::run(a),

@@ -215,8 +215,7 @@ fn bad_inputs_give_clear_errors() {
         &bertflow(&["encode", "-i", &gap, "-o", o], &cache),
         &[
             "gap.txt:2",
-            "--empty: ",
-            "gap.txt:2: empty text; `skip` drops",
+            "gap.txt:2: empty text; give `--empty skip` to drop empty lines",
         ],
     );
     ok(&bertflow(
@@ -260,7 +259,7 @@ fn bad_inputs_give_clear_errors() {
             &["encode", "-i", &good, "-o", o, "--model", "/no/such/model"],
             &cache,
         ),
-        &["/no/such/model", "scripts/setup.sh"],
+        &["/no/such/model", "models/all-MiniLM-L6-v2"],
     );
     let partial = dir.path().join("partial");
     std::fs::create_dir(&partial).unwrap();

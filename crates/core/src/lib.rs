@@ -1,6 +1,8 @@
 //! # bertflow-core
 //!
-//! bertflow's workflows as a library. Every front end (the `bertflow` binary,
+//! bertflow's workflows as a library, in two parts: [`runtime`] (what makes,
+//! stores and serves vectors) and [`experiments`] (the comparisons and
+//! measurements built on it). Every front end (the `bertflow` binary,
 //! the Python package, the server, the Spark job) is argument handling and
 //! printing over these functions:
 //!
@@ -20,36 +22,24 @@
 //! - [`rerank`]: rerankers (cross-encoders) scoring a query against texts
 //!   ([`RerankerConfig`], [`Reranker`]);
 //! - [`io`]: sentences in, embeddings out (`.npy`, `.jsonl`, `.safetensors`);
-//! - [`progress`]: how workflows report progress without printing.
+//! - [`progress`]: how workflows report progress without printing;
+//! - [`prompt`]: the prompt before every text, one rule for every front end.
 //!
 //! Errors are one enum, [`CoreError`]; nothing here prints or exits.
 
-pub mod analyze;
-pub mod bench;
-pub mod calibration;
-pub mod compare;
-pub mod defaults;
-pub mod embedder;
 pub mod error;
-pub mod evaluate;
-pub mod export;
-pub mod fitting;
-pub mod grid;
+pub mod experiments;
+pub mod runtime;
+
+// The modules under their old paths (`bertflow_core::pipeline`, ...), so that
+// front ends need not know the split.
+pub use experiments::{analyze, bench, compare, evaluate, grid, report};
 #[cfg(feature = "index")]
-pub mod indexing;
-pub mod io;
-pub mod matrix_file;
-pub mod parse;
-pub mod pipeline;
-pub mod progress;
-pub mod quantize;
-pub mod report;
-pub mod rerank;
-pub mod st_pipeline;
-pub mod tokens;
-#[cfg(feature = "index")]
-pub mod vector_input;
-pub mod weighting;
+pub use runtime::indexing;
+pub use runtime::{
+    calibration, defaults, embedder, export, fitting, io, matrix_file, parse, pipeline, progress,
+    prompt, quantize, rerank, st_pipeline, tokens, vector_input, weighting,
+};
 
 // Core is the only door: front ends (the CLI, the server, the Python
 // bindings) depend on bertflow-core alone and name the inner crates' types
@@ -73,6 +63,7 @@ pub use embedder::{Embedder, EmbedderConfig, DEFAULT_MODEL};
 pub use error::{Context, CoreError, Result};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineInfo};
 pub use progress::{Bar, Progress, SharedProgress, Silent};
+pub use prompt::{Prompt, PromptConfig};
 pub use rerank::{Reranker, RerankerConfig};
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename): every

@@ -152,6 +152,7 @@ fn info_names_model_pooling_weighting_calibrator_and_dimension() {
             dimension: 32,
             max_len: 64,
             precision: "fp32".into(),
+            prompt: None,
         }
     );
     let file = fit_file(dir.path(), "whiten:k=8", "last-avg", "usif");

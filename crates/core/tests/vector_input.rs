@@ -1,8 +1,12 @@
-//! Parquet input of `index build|add --vectors` (the Spark job's schema): the
-//! fixtures in tests/fixtures/parquet were written by pyarrow (make.py there,
-//! an independent writer); row i's vector is ((7 i + 3 j) % 11 - 5) / 5.
+//! Parquet input of `index build|add --vectors`, `fit --embeddings` and
+//! `transform` (the Spark job's schema): the fixtures in tests/fixtures/parquet
+//! were written by pyarrow (make.py there, an independent writer) and by
+//! PySpark 4.3 itself (make_spark.py: root `spark_schema`, required and
+//! optional columns in two orders, float and double, snappy and zstd); row i's
+//! vector is ((7 i + 3 j) % 11 - 5) / 5.
 use bertflow_core::indexing::RowSource;
-use bertflow_core::vector_input::{open_rows, ParquetRows};
+use bertflow_core::matrix_file::matrix_fingerprint;
+use bertflow_core::vector_input::{open_rows, open_vectors, ParquetRows};
 use std::path::PathBuf;
 
 const DIM: usize = 384;
@@ -32,7 +36,22 @@ fn read_all(source: &mut dyn RowSource, chunk: usize) -> (Vec<Vec<f32>>, Vec<Str
 
 #[test]
 fn a_parquet_file_gives_every_row_and_sentence_in_order() {
-    for name in ["vectors.parquet", "vectors_f64.parquet", "spark_out"] {
+    for name in [
+        "vectors.parquet",
+        "vectors_f64.parquet",
+        "spark_out",
+        "spark_written",
+        "spark_written/part-00001-spark.snappy.parquet",
+        "spark_f64_zstd",
+    ] {
+        if name.ends_with("snappy.parquet") {
+            // One part file of Spark's output alone: rows 3-5.
+            let mut source = open_rows(&fixture(name), "text", "embedding").unwrap();
+            let (rows, texts) = read_all(&mut *source, 2);
+            assert_eq!(texts, ["sentence 3", "sentence 4", "sentence 5"]);
+            assert_eq!(rows[0], expected(3));
+            continue;
+        }
         let mut source = open_rows(&fixture(name), "text", "embedding").unwrap();
         assert_eq!((source.rows(), source.cols()), (6, DIM), "{name}");
         let (rows, texts) = read_all(&mut *source, 4);
@@ -42,6 +61,54 @@ fn a_parquet_file_gives_every_row_and_sentence_in_order() {
             assert_eq!(row, &expected(i), "{name} row {i}");
         }
     }
+}
+
+/// `fit --embeddings` and `transform` read the vectors alone (no text column
+/// needed) and fingerprint them as the same float32 matrix saved as `.npy`.
+#[test]
+fn vectors_alone_read_and_fingerprint_as_a_matrix() {
+    let want: Vec<f32> = (0..6).flat_map(expected).collect();
+    let print = matrix_fingerprint(6, DIM, want.iter().copied());
+    for name in ["spark_written", "spark_f64_zstd", "vectors.parquet"] {
+        let mut source = open_vectors(&fixture(name)).unwrap();
+        assert_eq!((source.rows(), source.cols()), (6, DIM), "{name}");
+        assert_eq!(source.fingerprint(), None, "{name}: nothing read yet");
+        let mut got = Vec::new();
+        while let Some((m, texts)) = source.next_rows(4).unwrap() {
+            assert!(texts.is_none(), "{name}");
+            got.extend(m.iter().copied());
+        }
+        assert_eq!(got, want, "{name}");
+        assert_eq!(
+            source.fingerprint().as_deref(),
+            Some(print.as_str()),
+            "{name}"
+        );
+    }
+    // A sample breaks the sequential fingerprint, as for a matrix file.
+    let mut source = open_vectors(&fixture("spark_written")).unwrap();
+    source.sample(&[0, 5]).unwrap();
+    while source.next_rows(10).unwrap().is_some() {}
+    assert_eq!(source.fingerprint(), None);
+}
+
+#[test]
+fn a_spark_output_without_the_column_names_the_columns_it_has() {
+    let e = error("spark_written", "text", "vector");
+    assert!(
+        e.contains("no column \"vector\" (columns: text, id, embedding)"),
+        "{e}"
+    );
+    let e = error("spark_f64_zstd", "sentence", "embedding");
+    assert!(
+        e.contains("no column \"sentence\" (columns: embedding, id, text)"),
+        "{e}"
+    );
+    let e = match open_vectors(&fixture("bad_type.parquet")) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a string column read as vectors"),
+    };
+    assert!(e.contains("not a list of floats"), "{e}");
 }
 
 #[test]
@@ -88,6 +155,11 @@ fn bad_parquet_input_is_an_error_naming_the_problem() {
     let e = error("bad_ragged.parquet", "text", "embedding");
     assert!(
         e.contains("row 1: a vector of length 1, the first row's is 2"),
+        "{e}"
+    );
+    let e = error("bad_nan.parquet", "text", "embedding");
+    assert!(
+        e.contains("row 1") && e.contains("NaN at 1") && e.contains("finite"),
         "{e}"
     );
 

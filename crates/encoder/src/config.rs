@@ -1,6 +1,6 @@
 //! `config.json` of a checkpoint in Hugging Face layout, read by the module of
-//! its architecture ([`crate::arch`]) into one [`ModelConfig`].
-use crate::arch::Architecture;
+//! its architecture (`crate::arch`) into one [`ModelConfig`].
+use crate::family::Architecture;
 use serde::Deserialize;
 
 /// Activation of the feed-forward block.
@@ -15,6 +15,9 @@ pub enum HiddenAct {
     GeluApprox,
     #[serde(rename = "relu")]
     Relu,
+    /// SiLU, x * sigmoid(x) ("silu", "swish"; NomicBERT's gated feed-forward).
+    #[serde(rename = "silu", alias = "swish")]
+    Silu,
 }
 
 /// What the engine needs of a checkpoint's `config.json`, whatever the
@@ -30,6 +33,8 @@ pub struct ModelConfig {
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub intermediate_size: usize,
+    /// The feed-forward activation (for the decoder-style families `qwen3`,
+    /// `gemma3` and `eurobert`, that of the gate: `Silu` or `GeluApprox`).
     pub hidden_act: HiddenAct,
     pub max_position_embeddings: usize,
     /// Rows of the token-type table (0: the architecture has none).
@@ -50,22 +55,10 @@ impl ModelConfig {
         self.hidden_size / self.num_attention_heads
     }
 
-    /// Read `config.json` text: the architecture is chosen by `model_type`; an
-    /// unknown one is an error that lists the supported ones.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let raw: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let model_type = match raw.get("model_type") {
-            None | Some(serde_json::Value::Null) => "bert".to_string(),
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(v) => return Err(format!("model_type {v} is not a string")),
-        };
-        let arch = Architecture::from_model_type(&model_type)?;
-        let cfg = arch.parse_config(model_type, raw)?;
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
-    fn validate(&self) -> Result<(), String> {
+    /// Check the fields every architecture needs (called by
+    /// [`ModelConfig::parse`], which lives in [`crate::arch`] as it dispatches
+    /// on the architecture).
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
         {
@@ -88,7 +81,11 @@ impl ModelConfig {
         }
         // An architecture with token types (BERT) names their count; 0 would
         // leave the token-type table empty.
-        if self.raw.get("type_vocab_size").is_some() && self.type_vocab_size == 0 {
+        // (DeBERTa-v2 says 0 for none.)
+        if self.raw.get("type_vocab_size").is_some()
+            && self.type_vocab_size == 0
+            && self.architecture != Architecture::DebertaV2
+        {
             return Err("type_vocab_size must be at least 1".into());
         }
         if self.max_tokens < 2 {

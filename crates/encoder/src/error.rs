@@ -22,7 +22,7 @@ pub enum EncoderError {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error(
-        "unknown pooling '{0}'; valid: cls, pooler, last-avg, first-last-avg, emb-last-avg, \
+        "unknown pooling '{0}'; valid: cls, last-token, pooler, last-avg, first-last-avg, emb-last-avg, \
          last2-avg, emb-avg, layers:i,j,..., st (see `bertflow poolings`)"
     )]
     UnknownPooling(String),

@@ -61,8 +61,7 @@ impl ModelFiles {
         Err(EncoderError::ModelNotFound {
             what: spec.into(),
             hint: format!(
-                "it is neither a directory nor a model in the Hugging Face cache ({}). \
-                 For the default model run scripts/setup.sh, which unpacks all-MiniLM-L6-v2 into models/.",
+                "it is neither a directory nor a model in the Hugging Face cache ({}).",
                 hub_cache_dirs()
                     .iter()
                     .map(|p| p.display().to_string())

@@ -9,6 +9,7 @@
 //! | name             | hidden states | also known as |
 //! |------------------|---------------|---------------|
 //! | `cls`            | [CLS] of N    | |
+//! | `last-token`     | the last real token of N | what decoder embedders (Qwen3-Embedding) pool |
 //! | `pooler`         | tanh(W [CLS] of N + b), the checkpoint's pooler | BERT "pooled output" |
 //! | `last-avg`       | N             | "mean pooling" |
 //! | `first-last-avg` | 1 and N       | what the original BERT-flow code calls `last2avg` |
@@ -19,6 +20,7 @@
 //! | `st`             | the directory's own pipeline | `SentenceTransformer(dir).encode` (see [`crate::st`]) |
 use crate::error::{EncoderError, Result};
 use crate::st::StHead;
+pub use crate::token_mean::masked_mean;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -27,6 +29,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Pooling {
     Cls,
+    /// The last real token of the last layer (decoder models' default).
+    LastToken,
     Pooler,
     LastAvg,
     FirstLastAvg,
@@ -45,6 +49,9 @@ pub enum Pooling {
 pub enum PoolSource {
     /// The [CLS] vector of hidden state `n`.
     Cls(usize),
+    /// The last real token's vector of hidden state `n` (wherever the padding
+    /// is: bertflow's batches are padded on the right, so token `len - 1`).
+    LastToken(usize),
     /// The pooler applied to the [CLS] vector of hidden state `n`.
     Pooler(usize),
     /// Masked token mean of the mean of these hidden states (sorted, deduplicated).
@@ -57,6 +64,10 @@ pub enum PoolSource {
 /// Every named pooling with its one-line description, for `--help` and docs.
 pub const POOLINGS: &[(&str, &str)] = &[
     ("cls", "last layer's [CLS] vector"),
+    (
+        "last-token",
+        "last layer's vector of each text's last real token (the default of decoder models such as Qwen3)",
+    ),
     (
         "pooler",
         "tanh dense pooler on the last [CLS] (checkpoints that have it)",
@@ -98,6 +109,7 @@ impl Pooling {
         };
         match self {
             Pooling::Cls => Ok(PoolSource::Cls(n)),
+            Pooling::LastToken => Ok(PoolSource::LastToken(n)),
             Pooling::Pooler => Ok(PoolSource::Pooler(n)),
             Pooling::LastAvg => check(vec![n]),
             Pooling::FirstLastAvg => check(vec![1.min(n), n]),
@@ -116,7 +128,7 @@ impl PoolSource {
     /// The deepest hidden state needed.
     pub fn max_layer(&self) -> usize {
         match self {
-            PoolSource::Cls(n) | PoolSource::Pooler(n) => *n,
+            PoolSource::Cls(n) | PoolSource::Pooler(n) | PoolSource::LastToken(n) => *n,
             PoolSource::Mean(v) => v.iter().copied().max().unwrap_or(0),
             PoolSource::St(head) => head.max_layer(),
         }
@@ -134,6 +146,7 @@ impl PoolSource {
     pub fn key(&self) -> String {
         match self {
             PoolSource::Cls(n) => format!("cls@{n}"),
+            PoolSource::LastToken(n) => format!("last@{n}"),
             PoolSource::Pooler(n) => format!("pooler@{n}"),
             PoolSource::Mean(v) => format!(
                 "mean@{}",
@@ -153,6 +166,7 @@ impl FromStr for Pooling {
         let t = s.trim().to_ascii_lowercase();
         Ok(match t.as_str() {
             "cls" => Pooling::Cls,
+            "last-token" => Pooling::LastToken,
             "pooler" => Pooling::Pooler,
             "last-avg" => Pooling::LastAvg,
             "first-last-avg" => Pooling::FirstLastAvg,
@@ -182,6 +196,7 @@ impl fmt::Display for Pooling {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Pooling::Cls => f.write_str("cls"),
+            Pooling::LastToken => f.write_str("last-token"),
             Pooling::Pooler => f.write_str("pooler"),
             Pooling::LastAvg => f.write_str("last-avg"),
             Pooling::FirstLastAvg => f.write_str("first-last-avg"),
@@ -201,64 +216,6 @@ impl fmt::Display for Pooling {
     }
 }
 
-/// Mean over the first `lens[b]` tokens of the element-wise mean of `layers`
-/// (each [b, t, h], row-major). With `weights` (one vector of `lens[b]`
-/// weights per sentence, not all zero) the mean is weighted:
-/// `sum_t w_t x_t / sum_t w_t`; without, every token weighs 1.
-pub fn masked_mean(
-    layers: &[&[f32]],
-    lens: &[usize],
-    t: usize,
-    h: usize,
-    weights: Option<&[Vec<f32>]>,
-) -> Vec<f32> {
-    let mut out = vec![0f32; lens.len() * h];
-    let nl = layers.len() as f32;
-    let mut avg = vec![0f32; h];
-    for (b, &len) in lens.iter().enumerate() {
-        let acc = &mut out[b * h..(b + 1) * h];
-        let w = weights.map(|w| &w[b]);
-        for tok in 0..len {
-            let base = (b * t + tok) * h;
-            avg.copy_from_slice(&layers[0][base..base + h]);
-            for l in &layers[1..] {
-                for (a, x) in avg.iter_mut().zip(&l[base..base + h]) {
-                    *a += x;
-                }
-            }
-            match w {
-                None => {
-                    for (o, a) in acc.iter_mut().zip(&avg) {
-                        *o += a / nl;
-                    }
-                }
-                Some(w) => {
-                    let f = w[tok] / nl;
-                    if f != 0.0 {
-                        for (o, a) in acc.iter_mut().zip(&avg) {
-                            *o += a * f;
-                        }
-                    }
-                }
-            }
-        }
-        let total = match w {
-            None => len.max(1) as f32,
-            Some(w) => {
-                let s: f32 = w[..len].iter().sum();
-                if s > 0.0 {
-                    s
-                } else {
-                    1.0
-                }
-            }
-        };
-        let inv = 1.0 / total;
-        acc.iter_mut().for_each(|o| *o *= inv);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +225,7 @@ mod tests {
         let n = 12;
         let cases = [
             ("cls", PoolSource::Cls(12)),
+            ("last-token", PoolSource::LastToken(12)),
             ("pooler", PoolSource::Pooler(12)),
             ("last-avg", PoolSource::Mean(vec![12])),
             ("first-last-avg", PoolSource::Mean(vec![1, 12])),

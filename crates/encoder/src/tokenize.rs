@@ -22,10 +22,11 @@ pub const CUT_SLACK: usize = 16;
 /// A tokenizer that yields `[CLS] ... [SEP]` (or `<s> ... </s>`) id sequences.
 pub struct TextTokenizer {
     inner: Tokenizer,
-    /// The id that ends every sentence (kept by truncation).
-    sep_id: u32,
+    /// The id that ends every sentence (kept by truncation), if the
+    /// post-processor closes sentences with one.
+    sep_id: Option<u32>,
     /// The tokenizer's special tokens (`added_tokens` with `special: true`, and
-    /// the bracketed names of [`crate::weighting::is_special`]), the unknown
+    /// the bracketed names of [`is_special`]), the unknown
     /// token excepted: it stands for a real word.
     special: std::collections::HashSet<u32>,
 }
@@ -76,11 +77,20 @@ impl TextTokenizer {
         // puts around an empty text.
         let framed = inner.encode_fast("", true).map_err(tok_err)?;
         let sep_id = match framed.get_ids() {
-            [_, .., last] => *last,
-            _ => inner
-                .token_to_id("[SEP]")
-                .or_else(|| inner.token_to_id("</s>"))
-                .ok_or_else(|| tok_err("the tokenizer has no [SEP] or </s> token"))?,
+            [_, .., last] => Some(*last),
+            // One special token: the closing one if it follows the text (Qwen's
+            // `$A <|endoftext|>`); none if it opens it (`<bos> $A`).
+            [only] => {
+                let a = inner.encode_fast("a", true).map_err(tok_err)?;
+                let ids = a.get_ids();
+                (ids.last() == Some(only) && ids.first() != Some(only)).then_some(*only)
+            }
+            [] => Some(
+                inner
+                    .token_to_id("[SEP]")
+                    .or_else(|| inner.token_to_id("</s>"))
+                    .ok_or_else(|| tok_err("the tokenizer has no [SEP] or </s> token"))?,
+            ),
         };
         let unknown = |t: &str| matches!(t, "[UNK]" | "<unk>");
         let mut special: std::collections::HashSet<u32> = inner
@@ -89,7 +99,7 @@ impl TextTokenizer {
             .filter(|(_, t)| t.special && !unknown(&t.content))
             .map(|(id, _)| id)
             .collect();
-        for name in crate::weighting::SPECIAL_NAMES {
+        for name in SPECIAL_NAMES {
             special.extend(inner.token_to_id(name));
         }
         Ok(Self {
@@ -193,8 +203,26 @@ impl TextTokenizer {
         if ids.len() <= max_len {
             return false;
         }
-        ids.truncate(max_len - 1);
-        ids.push(self.sep_id);
+        match self.sep_id {
+            Some(sep) => {
+                ids.truncate(max_len - 1);
+                ids.push(sep);
+            }
+            None => ids.truncate(max_len),
+        }
         true
     }
+}
+
+/// Token names always taken as special, whatever the tokenizer declares.
+pub const SPECIAL_NAMES: [&str; 8] = [
+    "[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>",
+];
+
+/// Whether a token string is a special token by name (`[CLS]`, `[SEP]`,
+/// `[PAD]`, `[MASK]`, `<s>`, `</s>`, `<pad>`, `<mask>`). `[UNK]` stands for a
+/// real word and is not. The weights use the tokenizer's own list
+/// ([`TextTokenizer::is_special_id`]), which includes these.
+pub fn is_special(token: &str) -> bool {
+    SPECIAL_NAMES.contains(&token)
 }

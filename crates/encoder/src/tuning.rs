@@ -138,7 +138,10 @@ fn fp32_err(e: bertflow_kernels::Fp32Error) -> EncoderError {
 
 /// The products of one layer of `cfg` on [`tune::TUNE_ROWS`] token rows.
 pub fn shapes(cfg: &ModelConfig) -> Vec<Shape> {
-    let gated = cfg.architecture == Architecture::ModernBert;
+    let gated = matches!(
+        cfg.architecture,
+        Architecture::ModernBert | Architecture::Gte | Architecture::NomicBert
+    );
     tune::layer_shapes(
         tune::TUNE_ROWS,
         cfg.hidden_size,

@@ -197,18 +197,7 @@ pub struct TokenCounts {
     pub pieces: u64,
 }
 
-/// Token names always taken as special, whatever the tokenizer declares.
-pub const SPECIAL_NAMES: [&str; 8] = [
-    "[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>",
-];
-
-/// Whether a token string is a special token by name (`[CLS]`, `[SEP]`,
-/// `[PAD]`, `[MASK]`, `<s>`, `</s>`, `<pad>`, `<mask>`). `[UNK]` stands for a
-/// real word and is not. The weights use the tokenizer's own list
-/// ([`TextTokenizer::is_special_id`]), which includes these.
-pub fn is_special(token: &str) -> bool {
-    SPECIAL_NAMES.contains(&token)
-}
+pub use crate::tokenize::{is_special, SPECIAL_NAMES};
 
 /// Whether a word piece is punctuation only (a `##` continuation prefix, a
 /// byte-level BPE `Ġ` or a SentencePiece `▁` space marker ignored): every

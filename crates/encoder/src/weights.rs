@@ -3,8 +3,8 @@
 //! prefix (`bert.` as in BertForPreTraining checkpoints such as
 //! bert-base-uncased, `roberta.`, `distilbert.`, `mpnet.`, `model.`) and the old
 //! TensorFlow-era `gamma`/`beta` names of LayerNorm parameters are accepted.
-use crate::arch::Architecture;
 use crate::error::{EncoderError, Result};
+use crate::family::Architecture;
 use crate::files::WeightsFile;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;

@@ -11,7 +11,7 @@ use bertflow_encoder::head::{
 use bertflow_encoder::{CrossEncoder, EncodeOptions, EncoderError, Precision};
 use serde_json::Value;
 
-const FAMILIES: [&str; 7] = [
+const FAMILIES: [&str; 8] = [
     "bert",
     "roberta",
     "xlm-roberta",
@@ -19,6 +19,7 @@ const FAMILIES: [&str; 7] = [
     "distilbert",
     "mpnet",
     "modernbert",
+    "deberta",
 ];
 
 fn dir(name: &str) -> String {

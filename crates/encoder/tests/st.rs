@@ -281,7 +281,7 @@ fn malformed_directories_are_errors_naming_the_file() {
                 write(
                     p,
                     "config_sentence_transformers.json",
-                    r#"{"prompts": {"query": "query: "}, "default_prompt_name": "query"}"#,
+                    r#"{"prompts": {"query": 3}}"#,
                 )
             }),
             "config_sentence_transformers.json",

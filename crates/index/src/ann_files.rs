@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ann::ANN_FORMAT_VERSION;
+pub(crate) use crate::locate::io;
 use crate::{AnnMetric, AnnParams, Index, IndexError};
 
 /// The files of a graph stored next to `index_path`.
@@ -208,10 +209,6 @@ impl AnnMeta {
             })
         }
     }
-}
-
-pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
-    move |e| IndexError::Io(format!("{}: {e}", path.display()))
 }
 
 /// CRC-32 and length of a file, read in 1 MiB pieces.

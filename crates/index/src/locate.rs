@@ -33,6 +33,12 @@ pub(crate) fn corrupt(path: &Path, what: impl std::fmt::Display) -> IndexError {
     IndexError::Corrupt(format!("{}: {what}", path.display()))
 }
 
+/// An I/O error on `path`, as an [`IndexError::Io`] naming the file (for
+/// `map_err`): the one copy the writer, the repair and the graph files use.
+pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
+    move |e| IndexError::Io(format!("{}: {e}", path.display()))
+}
+
 /// The footer of the state ending at `end` (just after a trailer), if the
 /// trailer and footer there are complete and consistent.
 fn footer_ending_at(bytes: &[u8], end: usize, path: &Path) -> Result<Located, IndexError> {

@@ -28,8 +28,7 @@ use std::path::Path;
 use memmap2::Mmap;
 
 use crate::format::{align_up, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC, TRAILER_LEN};
-use crate::locate::{corrupt, Located};
-use crate::writer::io;
+use crate::locate::{corrupt, io, Located};
 use crate::{Index, IndexError};
 
 /// What [`repair`] did.

@@ -12,6 +12,7 @@ use bertflow_durable::{crash_armed, crash_point, AtomicFile};
 use crate::format::{
     align_up, codes_len, normalise_into, Footer, Identity, SegmentMeta, FORMAT_VERSION, MAGIC,
 };
+use crate::locate::io;
 use crate::IndexError;
 use crate::Quantization;
 
@@ -88,10 +89,6 @@ fn remove_stale_temporaries(path: &Path, keep: &[PathBuf]) -> usize {
         }
     }
     removed
-}
-
-pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> IndexError + '_ {
-    move |e| IndexError::Io(format!("{}: {e}", path.display()))
 }
 
 impl From<bertflow_durable::DurableError> for IndexError {

@@ -148,6 +148,36 @@ simd_fn! {
     }
 }
 
+/// `x` (rows of `w.len()` values) = RMSNorm(x) with weight `w`:
+/// `x / sqrt(mean(x^2) + eps) * w` (transformers' Llama/Qwen `RMSNorm`, in f32;
+/// Gemma's `(1 + w)` form is this with `1 + w` as the weight).
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) -> Result<(), ShapeError> {
+    check_rows("rms-norm", x.len(), w.len(), &[])?;
+    rms_norm_rows(x, w, eps);
+    Ok(())
+}
+
+simd_fn! {
+    fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
+        for row in x.chunks_exact_mut(w.len()) {
+            let mut acc = [0f32; LANES];
+            let mut chunks = row.chunks_exact(LANES);
+            for c in &mut chunks {
+                for (a, &v) in acc.iter_mut().zip(c) {
+                    *a += v * v;
+                }
+            }
+            for (l, &v) in chunks.remainder().iter().enumerate() {
+                acc[l] += v * v;
+            }
+            let inv = 1.0 / (reduce(acc) / row.len() as f32 + eps).sqrt();
+            for (v, &g) in row.iter_mut().zip(w) {
+                *v = *v * inv * g;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +235,27 @@ mod tests {
             layer_norm(&mut x, &w, &b, 1e-12).unwrap();
             assert!(max_diff(&x, &want) < 2e-5, "h {h}: {}", max_diff(&x, &want));
         }
+    }
+
+    #[test]
+    fn rms_norm_matches_f64_reference() {
+        for (h, rows) in [(1, 3), (7, 5), (32, 2), (389, 3)] {
+            let mut x = values(h * rows, h as u64, 3.0);
+            let w = values(h, 9, 1.0);
+            let want: Vec<f32> = x
+                .chunks(h)
+                .flat_map(|row| {
+                    let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / h as f64;
+                    let inv = 1.0 / (ms + 1e-6).sqrt();
+                    row.iter()
+                        .zip(&w)
+                        .map(move |(&v, &g)| (v as f64 * inv * g as f64) as f32)
+                })
+                .collect();
+            rms_norm(&mut x, &w, 1e-6).unwrap();
+            assert!(max_diff(&x, &want) < 1e-5, "h {h}: {}", max_diff(&x, &want));
+        }
+        assert!(rms_norm(&mut [0.0; 6], &[1.0; 4], 1e-6).is_err());
     }
 
     #[test]

@@ -188,6 +188,49 @@ simd_fn! {
     }
 }
 
+/// The activation of a decoder-style gated feed-forward layer ([`glu`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// SwiGLU: `silu(gate) * up`, `silu(x) = x / (1 + e^-x)` (Llama, Qwen, EuroBERT).
+    Silu,
+    /// `gelu_tanh(gate) * up` (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// A decoder's gated activation: `x` holds rows of `2 * n` values, the gate
+/// projection then the up projection (`gate_proj` and `up_proj` fused); row
+/// `r` of `out` (rows of `n`) = `act(gate) * up`.
+pub fn glu(x: &[f32], n: usize, act: Glu, out: &mut [f32]) -> Result<(), ShapeError> {
+    if n == 0 || !x.len().is_multiple_of(2 * n) || out.len() != x.len() / 2 {
+        return Err(shape_err(
+            "glu",
+            format!(
+                "{} values are not rows of 2 x {n} for an output of {}",
+                x.len(),
+                out.len()
+            ),
+        ));
+    }
+    for (row, o) in x.chunks_exact(2 * n).zip(out.chunks_exact_mut(n)) {
+        let (gate, up) = row.split_at(n);
+        match act {
+            Glu::Silu => {
+                for ((y, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+                    *y = g / (1.0 + (-g).exp()) * u;
+                }
+            }
+            Glu::GeluTanh => {
+                const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+                for ((y, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+                    let t = (SQRT_TWO_OVER_PI * (g + 0.044715 * g * g * g)).tanh();
+                    *y = 0.5 * g * (1.0 + t) * u;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +354,31 @@ mod tests {
                 assert!((out[r * n + j] as f64 - want).abs() < 1e-6);
             }
         }
+    }
+
+    #[test]
+    fn glu_is_act_of_gate_times_up() {
+        let n = 5;
+        let x = values(2 * 2 * n, 9);
+        for act in [Glu::Silu, Glu::GeluTanh] {
+            let mut out = vec![0.0; 2 * n];
+            glu(&x, n, act, &mut out).unwrap();
+            for (r, row) in x.chunks_exact(2 * n).enumerate() {
+                for j in 0..n {
+                    let g = row[j] as f64;
+                    let a = match act {
+                        Glu::Silu => g / (1.0 + (-g).exp()),
+                        Glu::GeluTanh => {
+                            let c = (2.0 / std::f64::consts::PI).sqrt();
+                            0.5 * g * (1.0 + (c * (g + 0.044715 * g.powi(3))).tanh())
+                        }
+                    };
+                    let want = a * row[n + j] as f64;
+                    assert!((out[r * n + j] as f64 - want).abs() < 1e-6, "{act:?}");
+                }
+            }
+        }
+        assert!(glu(&[0.0; 8], 2, Glu::Silu, &mut [0.0; 3]).is_err());
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub(crate) struct EmbeddingsRequest {
     #[serde(default)]
     #[allow(dead_code)]
     user: Option<String>,
+    /// bertflow extension, as on TEI's routes: prepend the model's prompt
+    /// of this name (default: the server's default prompt, if any).
+    #[serde(default)]
+    prompt_name: Option<String>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -113,6 +117,7 @@ pub(crate) async fn embeddings(
     let pieces = parse_pieces(request.input, "input", &state)?;
     let texts: Vec<&str> = pieces.iter().map(Piece::as_text).collect();
     ctx.record(&texts, state.config.log_inputs);
+    let pieces = crate::prompt::prompted_pieces(&state, pieces, request.prompt_name.as_deref())?;
     let format = request.encoding_format.unwrap_or_default();
     let stage = state.backend.quantizer();
     crate::codes::check(
@@ -297,6 +302,7 @@ async fn similarity_pairs(
         }
         slot.push(at);
     }
+    let unique = crate::prompt::prompted(state, unique, None)?;
     let embedded = embed_texts(state, unique).await?;
     let scores = pairs
         .into_iter()

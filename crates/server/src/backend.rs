@@ -107,6 +107,27 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// pack batches under a token budget (clamped to `max_len`).
     fn tokenize_len(&self, text: &str) -> usize;
 
+    /// `texts` with the prompt `prompt_name` (a name of the model's prompts;
+    /// `None`: the server's default prompt, if any) before each, by
+    /// bertflow-core's prompt rule: what every route embeds or tokenises,
+    /// called once per request before anything else sees the texts. `Err`:
+    /// why the request cannot be answered (a 422), e.g. an unknown name,
+    /// naming the known ones. The default: the model defines no prompts
+    /// (texts as they are; any name refused).
+    fn prompted(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        match prompt_name {
+            None => Ok(texts),
+            Some(name) => Err(format!(
+                "prompt_name {name:?}: this model defines no prompts; prepend the prompt's text \
+                 to the input instead"
+            )),
+        }
+    }
+
     /// Embed a batch of texts in one forward pass. Must return exactly one
     /// [`Embedded`] per input, in input order, each `dimension` long; the
     /// server answers 500 otherwise. A panic is caught and answered 500 too.

@@ -148,13 +148,17 @@ impl CorpusIndex {
         max_batch_tokens: usize,
         max_batch_size: usize,
     ) -> Result<Self, ServerError> {
-        let costs: Vec<usize> = texts
+        // Embedded with the default prompt, as every route embeds.
+        let prompted = backend
+            .prompted(texts.clone(), None)
+            .map_err(ServerError::Corpus)?;
+        let costs: Vec<usize> = prompted
             .iter()
             .map(|t| backend.tokenize_len(t).min(max_len))
             .collect();
         let mut vectors = Array2::<f32>::zeros((texts.len(), dimension));
         for range in plan_batches(&costs, max_batch_tokens, max_batch_size) {
-            let embedded = embed_checked(backend, &texts[range.clone()], dimension)
+            let embedded = embed_checked(backend, &prompted[range.clone()], dimension)
                 .map_err(ServerError::Corpus)?;
             for (row, e) in range.zip(embedded) {
                 for (slot, x) in vectors.row_mut(row).iter_mut().zip(unit(&e.vector)) {

@@ -166,6 +166,7 @@ mod metrics;
 #[cfg(feature = "model")]
 pub mod model;
 mod openapi;
+mod prompt;
 mod rerank;
 #[cfg(feature = "model")]
 pub mod rerank_model;
@@ -359,11 +360,36 @@ pub fn run(
     host: &str,
     port: u16,
 ) -> Result<(), ServerError> {
+    run_on(backend, config, bind(host, port)?)
+}
+
+/// Binds `host:port` for [`run_on`]. A caller binds before loading its
+/// model, so that a port in use fails at once, not after a long start.
+pub fn bind(host: &str, port: u16) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind((host, port))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// [`run`] on a listener from [`bind`]: prints the bound address to stderr,
+/// then serves until SIGTERM or Ctrl-C.
+pub fn run_on(
+    backend: Arc<dyn EmbedBackend>,
+    config: ServerConfig,
+    listener: std::net::TcpListener,
+) -> Result<(), ServerError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("bertflow-http")
         .build()?;
-    runtime.block_on(serve_addr(backend, config, host, port))
+    runtime.block_on(async move {
+        let listener = TcpListener::from_std(listener)?;
+        eprintln!(
+            "bertflow-server listening on http://{}",
+            listener.local_addr()?
+        );
+        serve(backend, config, listener, shutdown_signal()).await
+    })
 }
 
 /// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM. A signal whose handler

@@ -108,6 +108,16 @@ impl EmbedBackend for ModelBackend {
         Some(tokenized)
     }
 
+    fn prompted(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        self.pipeline
+            .prompt_texts(texts, prompt_name)
+            .map_err(|e| e.chain())
+    }
+
     fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
         let out = self
             .pipeline

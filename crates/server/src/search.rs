@@ -123,6 +123,7 @@ pub(crate) async fn search(
             .map_err(|e| ApiError::Internal(format!("search failed: {e}")))?
             .map_err(ApiError::Unavailable)?;
     }
+    let queries = crate::prompt::prompted(&state, queries, None)?;
     let embedded = embed_texts(&state, queries).await?;
     let searcher = Arc::clone(&state);
     let mut hits = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<Hit>>, ApiError> {

@@ -18,6 +18,7 @@ use crate::backend::{Embedded, ModelKind};
 use crate::error::ApiError;
 use crate::index::cosine;
 use crate::inputs::{embed_pieces, finish_vector, keep_dimensions, parse_pieces, Piece};
+use crate::prompt::{prompted, prompted_pieces};
 use crate::state::{check_count, check_text, from_object, kind_of, AppState};
 use crate::tei_error::{TeiBody, TeiError};
 
@@ -72,17 +73,6 @@ impl Truncation {
             )));
         }
         Ok(())
-    }
-}
-
-/// 422 for any `prompt_name`: bertflow's models define no prompts.
-pub(crate) fn check_prompt(prompt_name: Option<&str>) -> Result<(), TeiError> {
-    match prompt_name {
-        None => Ok(()),
-        Some(name) => Err(TeiError::unprocessable(format!(
-            "prompt_name {name:?}: this model defines no prompts; prepend the prompt's text to \
-             the input instead"
-        ))),
     }
 }
 
@@ -143,12 +133,12 @@ pub(crate) async fn embed(
 async fn embed_value(state: &Arc<AppState>, ctx: &Ctx, body: Value) -> TeiResult<Vec<Vec<f32>>> {
     let request: EmbedRequest = from_object(body)?;
     require_embedding(state)?;
-    check_prompt(request.prompt_name.as_deref())?;
     let keep = keep_dimensions(request.dimensions, state.info.dimension)?;
     let truncation = Truncation::of(state, request.truncate, request.truncation_direction);
     let pieces = parse_pieces(request.inputs, "inputs", state)?;
     let texts: Vec<&str> = pieces.iter().map(Piece::as_text).collect();
     ctx.record(&texts, state.config.log_inputs);
+    let pieces = prompted_pieces(state, pieces, request.prompt_name.as_deref())?;
     let embedded = embed_pieces(state, pieces).await?;
     truncation.check(&embedded, state.info.max_len)?;
     Ok(Json(
@@ -194,10 +184,10 @@ pub(crate) async fn embed_all(
 ) -> TeiResult<Vec<Vec<Vec<f32>>>> {
     let request: EmbedAllRequest = from_object(body)?;
     require_embedding(&state)?;
-    check_prompt(request.prompt_name.as_deref())?;
     let truncation = Truncation::of(&state, request.truncate, request.truncation_direction);
     let texts = texts_only(parse_pieces(request.inputs, "inputs", &state)?)?;
     ctx.record(&texts, state.config.log_inputs);
+    let texts = prompted(&state, texts, request.prompt_name.as_deref())?;
     let backend = Arc::clone(&state.backend);
     let max_len = state.info.max_len;
     let count = texts.len();
@@ -287,7 +277,6 @@ pub(crate) async fn similarity(
     let request: TeiSimilarityRequest = from_object(body)?;
     require_embedding(state)?;
     let parameters = request.parameters.unwrap_or_default();
-    check_prompt(parameters.prompt_name.as_deref())?;
     let truncation = Truncation::of(state, parameters.truncate, parameters.truncation_direction);
     let SimilarityInputs {
         source_sentence,
@@ -306,6 +295,7 @@ pub(crate) async fn similarity(
     }
     let texts: Vec<String> = std::iter::once(source_sentence).chain(sentences).collect();
     ctx.record(&texts, state.config.log_inputs);
+    let texts = prompted(state, texts, parameters.prompt_name.as_deref())?;
     let pieces = texts.into_iter().map(Piece::Text).collect();
     let embedded = embed_pieces(state, pieces).await?;
     truncation.check(&embedded, state.info.max_len)?;
@@ -349,9 +339,9 @@ pub(crate) async fn tokenize(
     body: Value,
 ) -> TeiResult<Vec<Vec<SimpleToken>>> {
     let request: TeiTokenizeRequest = from_object(body)?;
-    check_prompt(request.prompt_name.as_deref())?;
     let texts = texts_only(parse_pieces(request.inputs, "inputs", state)?)?;
     ctx.record(&texts, state.config.log_inputs);
+    let texts = prompted(state, texts, request.prompt_name.as_deref())?;
     let backend = Arc::clone(&state.backend);
     let special = request.add_special_tokens;
     let out = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<SimpleToken>>, TeiError> {

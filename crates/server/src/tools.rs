@@ -84,6 +84,7 @@ async fn tokenize_input(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let texts = parse_input(request.input, &state.config)?;
     ctx.record(&texts, state.config.log_inputs);
+    let texts = crate::prompt::prompted(&state, texts, None)?;
     let backend = Arc::clone(&state.backend);
     let data = tokio::task::spawn_blocking(move || -> Result<Vec<TokenizedInput>, ApiError> {
         texts

@@ -21,12 +21,6 @@ Quick start::
 
 import os as _os
 
-# Parallelism comes from the encoder's batch workers, each running its matrix
-# products on one core (as the CLI does); candle's intra-op threads would
-# oversubscribe the cores. Set RAYON_NUM_THREADS before importing bertflow to
-# override.
-_os.environ.setdefault("RAYON_NUM_THREADS", "1")
-
 from . import _bertflow  # noqa: E402
 
 # Default paths (the model, the STS data) are also looked for above the
@@ -53,7 +47,7 @@ from ._encoder import POOLINGS, Encoder, defaults, poolings  # noqa: E402
 from ._moments import MomentStats  # noqa: E402
 from ._quantize import Quantizer, hamming_similarity, int8_dot  # noqa: E402
 from ._bertflow import Reranker, is_reranker  # noqa: E402
-from ._bertflow import Index  # noqa: E402
+from ._bertflow import Index, read_vectors  # noqa: E402
 from . import sts  # noqa: E402
 from . import st  # noqa: E402
 
@@ -85,6 +79,7 @@ __all__ = [
     "Reranker",
     "is_reranker",
     "Index",
+    "read_vectors",
     "CalibratorFileError",
     "sts",
     "st",

@@ -50,6 +50,26 @@ class Encoder:
         batch_size: Optional[int] = None,
         progress: Union[bool, Callable[[int, int], Any]] = False,
         normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> _F32: ...
+    def encode_query(
+        self,
+        texts: Iterable[str],
+        batch_size: Optional[int] = None,
+        progress: Union[bool, Callable[[int, int], Any]] = False,
+        normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> _F32: ...
+    def encode_document(
+        self,
+        texts: Iterable[str],
+        batch_size: Optional[int] = None,
+        progress: Union[bool, Callable[[int, int], Any]] = False,
+        normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
     ) -> _F32: ...
     def __call__(
         self,
@@ -57,7 +77,13 @@ class Encoder:
         batch_size: Optional[int] = None,
         progress: Union[bool, Callable[[int, int], Any]] = False,
         normalize: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
     ) -> _F32: ...
+    @property
+    def prompts(self) -> dict[str, str]: ...
+    @property
+    def default_prompt(self) -> Optional[str]: ...
     @property
     def dimension(self) -> int: ...
     @property
@@ -110,16 +136,21 @@ class Reranker:
     def precision(self) -> str: ...
 
 def is_reranker(model: _Path) -> bool: ...
+def read_vectors(
+    path: _Path, text_column: Optional[str] = "text", vector_column: str = "embedding"
+) -> Tuple[Any, Optional[list[str]]]: ...
 
 class Index:
     @staticmethod
     def build(
         path: _Path,
-        vectors: Optional[_Matrix] = None,
+        vectors: Union[_Matrix, _Path, None] = None,
         texts: Optional[Iterable[str]] = None,
         quantize: Optional[str] = None,
         encoder: Optional["Encoder"] = None,
         chunk: int = 8192,
+        text_column: str = "text",
+        vector_column: str = "embedding",
     ) -> "Index": ...
     @staticmethod
     def open(path: _Path, encoder: Optional["Encoder"] = None, verify: bool = False) -> "Index": ...

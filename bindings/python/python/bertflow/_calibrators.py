@@ -16,81 +16,14 @@ import os
 import numpy as np
 
 from . import _bertflow
-
-try:  # pragma: no cover - depends on the environment
-    from sklearn.base import BaseEstimator as _BaseEstimator
-    from sklearn.base import TransformerMixin as _TransformerMixin
-    from sklearn.exceptions import NotFittedError
-
-    _BASES = (_TransformerMixin, _BaseEstimator)
-    HAVE_SKLEARN = True
-except ImportError:  # pragma: no cover
-
-    class NotFittedError(ValueError, AttributeError):
-        """The calibrator is used before ``fit``."""
-
-    class _PlainEstimator:
-        """get_params/set_params as scikit-learn's BaseEstimator has them."""
-
-        @classmethod
-        def _get_param_names(cls):
-            sig = inspect.signature(cls.__init__)
-            return sorted(
-                p.name
-                for p in sig.parameters.values()
-                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-            )
-
-        def get_params(self, deep=True):
-            return {k: getattr(self, k) for k in self._get_param_names()}
-
-        def set_params(self, **params):
-            valid = self._get_param_names()
-            for k, v in params.items():
-                if k not in valid:
-                    raise ValueError(
-                        f"invalid parameter {k!r} for {type(self).__name__}; valid: {valid}"
-                    )
-                setattr(self, k, v)
-            return self
-
-        def __repr__(self):
-            args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-            return f"{type(self).__name__}({args})"
-
-    _BASES = (_PlainEstimator,)
-    HAVE_SKLEARN = False
-
-
-def as_matrix(X, name="X", allow_empty=False):
-    """X as a 2-D float32 array (float64 and non-contiguous input accepted).
-
-    Raises TypeError for non-numeric input and ValueError for a wrong number of
-    dimensions or an empty matrix. NaN and inf are caught by the Rust side,
-    which names the first offending row and column.
-    """
-    if isinstance(X, (str, bytes)):
-        raise TypeError(f"{name} must be a 2-D array of numbers, not {type(X).__name__}")
-    try:
-        # Values beyond float32's range become inf, which the Rust side reports.
-        with np.errstate(over="ignore"):
-            a = np.asarray(X, dtype=np.float32)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{name} must be a 2-D array of numbers: {e}") from None
-    if a.ndim != 2:
-        raise ValueError(
-            f"{name} must be a 2-D array of shape (n_samples, n_features), "
-            f"got {a.ndim}-D with shape {a.shape}"
-            + ("; use X.reshape(1, -1) for a single vector" if a.ndim == 1 else "")
-        )
-    if a.shape[1] == 0 or (a.shape[0] == 0 and not allow_empty):
-        raise ValueError(f"{name} is empty: shape {a.shape}")
-    return a
+from ._base import _BASES, HAVE_SKLEARN, NotFittedError, as_matrix  # noqa: F401 (re-exported)
+from ._quantize import Quantizer
 
 
 def _with_source(fitted, source):
     """``fitted`` recording ``source`` (see :meth:`Calibrator.fit`): an
-    Encoder's identity, pooling and token weighting, or a label."""
+    Encoder's identity, pooling, token weighting and default prompt, or a
+    label."""
     args = _source_args(source)
     if args is None:
         return fitted
@@ -98,6 +31,8 @@ def _with_source(fitted, source):
     inner = getattr(source, "_inner", None)
     if inner is not None and getattr(source, "weighting", "mean") != "mean":
         fitted = fitted.with_weighting_of(inner)
+    if inner is not None:
+        fitted = fitted.with_prompt(inner.default_prompt)
     return fitted
 
 
@@ -231,7 +166,9 @@ class Calibrator(*_BASES):
         """Fits on the rows of ``X`` (one embedding each); returns ``self``.
         With ``quantize`` (a spec such as ``"binary:itq=true"`` or an
         unfitted :class:`bertflow.Quantizer`), a quantizer is then fitted on
-        the calibrated rows and the calibrator (and its file) ends in it.
+        the calibrated rows and the calibrator (and its file) ends in it. A
+        spec string takes ``bertflow fit --quantize``'s defaults: ``"binary"``
+        after ``pca`` fits an ITQ rotation unless it says ``itq=false``.
 
         Args:
             X: array of shape (n_samples, n_features); float64 and
@@ -243,7 +180,9 @@ class Calibrator(*_BASES):
                 ``bertflow fit`` writes them, so that ``bertflow encode
                 --calibrator`` accepts the file), a str label for external
                 embeddings, or None (external embeddings, no label). An
-                Encoder's token weighting is recorded too, weights included.
+                Encoder's token weighting is recorded too, weights included,
+                and its default prompt (vectors made with another prompt, as
+                ``encode_query`` may, are refused like another pooling).
 
         Raises:
             ValueError: a 1-D or 3-D array, too few rows, NaN or inf values,
@@ -252,9 +191,13 @@ class Calibrator(*_BASES):
         _source_args(source)  # type check before the work
         X = as_matrix(X)
         fitted = _with_source(_bertflow.fit(self._spec(), X, None), source)
-        if quantize is not None:
-            spec = quantize if isinstance(quantize, str) else quantize.spec
-            stage = _bertflow.fit_quantizer(spec, fitted.transform(X))
+        if isinstance(quantize, str):
+            # As `bertflow fit --quantize`: defaults by the calibrator (ITQ
+            # for bits after a rotation unless the spec says itq=false).
+            stage = _bertflow.fit_quantizer(quantize, fitted.transform(X), self._kind)
+            fitted = fitted.with_quantizer(stage)
+        elif quantize is not None:
+            stage = _bertflow.fit_quantizer(quantize.spec, fitted.transform(X))
             fitted = fitted.with_quantizer(stage)
         self._set_fitted(fitted)
         # Too few rows, a flow whose NLL got worse: core's warnings, also
@@ -311,8 +254,6 @@ class Calibrator(*_BASES):
         stage = self._fitted().quantizer
         if stage is None:
             return None
-        from ._quantize import Quantizer
-
         kind, _, opts = stage.spec.partition(":")
         kw = dict(o.split("=") for o in opts.split(",") if o)
         q = Quantizer(kind=kind, ranges=kw.get("ranges", "global"), itq=kw.get("itq") == "true",

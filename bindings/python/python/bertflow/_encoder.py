@@ -180,7 +180,8 @@ class Encoder:
         """``"fp32"`` or ``"int8"``."""
         return self._inner.precision
 
-    def encode(self, texts, batch_size=None, progress=False, normalize=False):
+    def encode(self, texts, batch_size=None, progress=False, normalize=False,
+               prompt_name=None, prompt=None):
         """Embeds sentences.
 
         Args:
@@ -193,6 +194,12 @@ class Encoder:
                 as ``progress(done, total)``.
             normalize: Scale every row to unit length (after the calibrator), so
                 a dot product is the cosine.
+            prompt_name: A prompt of the model (a key of :attr:`prompts`, from
+                the sentence-transformers directory's
+                ``config_sentence_transformers.json``) put before every text.
+            prompt: A text put before every text (``""``: no prompt at all).
+                Neither: the model's ``default_prompt_name``, if any
+                (:attr:`default_prompt`), as sentence-transformers does.
 
         Returns:
             numpy.ndarray: float32, shape ``(len(texts), dimension)``, rows in
@@ -200,13 +207,40 @@ class Encoder:
 
         Raises:
             TypeError: ``texts`` is a str or holds a non-str item.
-            ValueError: ``texts`` is empty, or ``batch_size < 1``.
+            ValueError: ``texts`` is empty, ``batch_size < 1``, a
+                ``prompt_name`` the model does not define (the message names
+                the ones it does), both ``prompt_name`` and ``prompt``, or a
+                prompt other than the calibrator's.
         """
+        return self._encode(self._inner.encode, texts, batch_size, progress, normalize,
+                            prompt_name, prompt)
+
+    def encode_query(self, texts, batch_size=None, progress=False, normalize=False,
+                     prompt_name=None, prompt=None):
+        """:meth:`encode` of search queries: with the model's ``query`` prompt
+        unless ``prompt_name`` or ``prompt`` is given (sentence-transformers'
+        ``encode_query``); a model without one gets its default prompt."""
+        return self._encode(self._inner.encode_query, texts, batch_size, progress, normalize,
+                            prompt_name, prompt)
+
+    def encode_document(self, texts, batch_size=None, progress=False, normalize=False,
+                        prompt_name=None, prompt=None):
+        """:meth:`encode` of documents to search: with the model's
+        ``document`` prompt (else ``passage``, else ``corpus``) unless
+        ``prompt_name`` or ``prompt`` is given (sentence-transformers'
+        ``encode_document``); a model without one gets its default prompt."""
+        return self._encode(self._inner.encode_document, texts, batch_size, progress,
+                            normalize, prompt_name, prompt)
+
+    def _encode(self, run, texts, batch_size, progress, normalize, prompt_name, prompt):
         if batch_size is not None and (isinstance(batch_size, bool)
                                        or not isinstance(batch_size, int)):
             raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
         if batch_size is not None and batch_size < 0:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        for name, v in (("prompt_name", prompt_name), ("prompt", prompt)):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
         if progress is True:
             cb = _StderrProgress()
         elif progress is False or progress is None:
@@ -215,13 +249,28 @@ class Encoder:
             cb = progress
         else:
             raise TypeError("progress must be a bool or a callable(done, total)")
-        return self._inner.encode(texts, batch_size, cb, bool(normalize))
+        return run(texts, batch_size, cb, bool(normalize), prompt_name, prompt)
+
+    @property
+    def prompts(self):
+        """The model's prompts, ``{name: text}`` (empty for a model without
+        ``config_sentence_transformers.json``)."""
+        return dict(self._inner.prompts)
+
+    @property
+    def default_prompt(self):
+        """The text :meth:`encode` puts before every text when no prompt is
+        given (the model's ``default_prompt_name``), or None."""
+        return self._inner.default_prompt
 
     __call__ = encode
 
     @property
     def dimension(self):
-        """Embedding dimension (the model's hidden size)."""
+        """Width of the vectors :meth:`encode` returns: the calibrator's output
+        dimension when the Encoder has one (64 for ``pca:k=64``), else the
+        pooling's (the model's hidden size, or the output of a
+        sentence-transformers ``Dense`` module with ``pooling="st"``)."""
         return self._inner.dimension
 
     @property

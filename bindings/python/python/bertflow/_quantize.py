@@ -9,7 +9,7 @@ codes.
 import numpy as np
 
 from . import _bertflow
-from ._calibrators import _BASES, NotFittedError, as_matrix
+from ._base import _BASES, NotFittedError, as_matrix
 
 KINDS = ("int8", "uint8", "binary", "ubinary", "pq")
 

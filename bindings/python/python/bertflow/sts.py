@@ -50,7 +50,8 @@ def _result_dict(r):
 
 def tasks(data=None, tasks=None):
     """The loaded tasks (objects with ``name``, ``sentences()``,
-    ``fit_sentences()`` and ``evaluate(embeddings, aggregate)``)."""
+    ``fit_sentences()`` and ``evaluate(embeddings, aggregate)``); ``data`` as
+    in :func:`evaluate` (found as ``bertflow eval`` finds it)."""
     _, ts = _bertflow.load_tasks(_path(data), _task_names(tasks))
     return ts
 
@@ -86,7 +87,9 @@ def evaluate(embed, data=None, tasks=None, aggregate="all", calibrate=None):
             It is called once per task with the task's distinct sentences (and
             once more with the fit sentences when ``calibrate`` is given).
         data: The STS data folder. Default: ``$BERTFLOW_DATA``, else
-            ``../shared/data/sts`` (relative to the working directory).
+            ``../shared/data/sts`` from the working directory, else from a
+            folder above the installed package (a checkout's): the rule of
+            ``bertflow eval`` (``bertflow.defaults()["data"]``).
         tasks: Task names (``"STS12"`` ... ``"STS16"``, ``"STS-B"``,
             ``"SICK-R"``; case-insensitive, ``"stsb"``/``"sick"`` too), one
             name, or None for all seven. Results come in the canonical order.

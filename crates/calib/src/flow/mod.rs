@@ -12,10 +12,11 @@ mod tests;
 use ndarray::{Array1, Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
+use crate::error::not_loaded;
 use crate::error::Result;
-use crate::io::{TensorReader, TensorWriter};
-use crate::linear::{check_transform_input, not_loaded};
 use crate::spec::FlowConfig;
+use crate::stats::check_transform_input;
+use crate::tensors::{TensorReader, TensorWriter};
 use crate::{stats, Calibrator, FitProgress};
 use arch::Arch;
 use net::{Params, Workspace};

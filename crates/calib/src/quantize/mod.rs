@@ -30,12 +30,13 @@ use ndarray::{Array2, Array3, ArrayView2};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CalibError, Result};
-use crate::io::{TensorReader, TensorWriter};
-use crate::linear::check_transform_input;
 use crate::stats;
+use crate::stats::check_transform_input;
+use crate::tensors::{TensorReader, TensorWriter};
 
 pub use spec::{
-    QuantKind, QuantSpec, Ranges, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT, QUANT_SYNOPSIS,
+    QuantKind, QuantRequest, QuantSpec, Ranges, ITQ_AFTER, ITQ_ITERS, OPQ_ITERS, PQ_OPQ_DEFAULT,
+    QUANTIZERS, QUANT_SYNOPSIS,
 };
 
 /// Prefix of a quantizer's tensors in a calibrator file.
@@ -119,7 +120,7 @@ pub fn pack_signs(row: impl IntoIterator<Item = f64>, out: &mut [u8]) {
 /// An error unless `m` sub-vectors cut `dim` evenly.
 fn check_pq_width(spec: &QuantSpec, m: usize, dim: usize) -> Result<()> {
     if m == 0 || !dim.is_multiple_of(m) {
-        return Err(CalibError::Spec {
+        return Err(CalibError::Quantizer {
             spec: spec.to_string(),
             reason: format!(
                 "m = {m} does not divide the dimension {dim}: pq cuts vectors into m equal \
@@ -128,23 +129,6 @@ fn check_pq_width(spec: &QuantSpec, m: usize, dim: usize) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// The format version of a file with `meta`'s quantizer stage (if any)
-/// after a calibrator of output dimension `out_dim`; an error when the
-/// stage takes another dimension, or the version recorded in `meta` is too
-/// old for a stage.
-pub(crate) fn check_stage(meta: &crate::CalibratorMeta, out_dim: usize) -> Result<u32> {
-    let Some(q) = &meta.quantizer else {
-        return Ok(crate::FORMAT_VERSION);
-    };
-    if q.dim != out_dim {
-        return Err(CalibError::Meta(format!(
-            "the quantizer takes {} dimensions, the calibrator gives {out_dim}",
-            q.dim
-        )));
-    }
-    Ok(crate::io::QUANTIZED_FORMAT_VERSION)
 }
 
 impl Quantizer {

@@ -75,7 +75,12 @@ pub(crate) fn load(w: &Weights, cfg: &ModelConfig) -> Result<ModelParts> {
         )?,
         positions: Positions::FromZero,
         token_type: None,
-        ln: LayerNorm::load(w, "embeddings.LayerNorm", h, cfg.layer_norm_eps)?,
+        ln: Some(LayerNorm::load(
+            w,
+            "embeddings.LayerNorm",
+            h,
+            cfg.layer_norm_eps,
+        )?),
     };
     Ok(ModelParts {
         embeddings,

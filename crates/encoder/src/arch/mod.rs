@@ -7,64 +7,28 @@
 //! Adding an architecture: a module here with `parse_config` and `load`, a row in
 //! [`Architecture::SUPPORTED`], and its golden test.
 use crate::config::{HiddenAct, ModelConfig};
+use crate::engine::Model;
 use crate::engine::{Block, LayerNorm, Linear, ModelParts, PostNormBlock};
 use crate::error::Result;
+pub use crate::family::Architecture;
+use crate::precision::Precision;
 use crate::weights::Weights;
 use serde::Deserialize;
 
 pub mod bert;
+pub mod deberta;
 pub mod distilbert;
+pub mod eurobert;
+pub mod gemma3;
+pub mod gte;
+pub mod jina;
 pub mod modernbert;
 pub mod mpnet;
+pub mod nomic;
+pub mod qwen3;
 pub mod roberta;
 
-/// A family of checkpoints sharing one forward pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Architecture {
-    /// `bert`: learned absolute positions from 0, token types.
-    Bert,
-    /// `roberta`, `xlm-roberta`, `camembert`: positions from `padding_idx + 1`.
-    Roberta,
-    /// `distilbert`: its own names, no token types.
-    DistilBert,
-    /// `mpnet`: positions from `padding_idx + 1`, relative position bias.
-    MpNet,
-    /// `modernbert`: rotary positions, pre-norm GeGLU layers, local and global
-    /// attention, final norm.
-    ModernBert,
-}
-
 impl Architecture {
-    /// Every accepted `model_type` and its architecture.
-    pub const SUPPORTED: &'static [(&'static str, Architecture)] = &[
-        ("bert", Architecture::Bert),
-        ("roberta", Architecture::Roberta),
-        ("xlm-roberta", Architecture::Roberta),
-        ("camembert", Architecture::Roberta),
-        ("distilbert", Architecture::DistilBert),
-        ("mpnet", Architecture::MpNet),
-        ("modernbert", Architecture::ModernBert),
-    ];
-
-    /// The architecture of `model_type`; an error listing the supported ones.
-    pub fn from_model_type(model_type: &str) -> Result<Self, String> {
-        Self::SUPPORTED
-            .iter()
-            .find(|(name, _)| *name == model_type)
-            .map(|&(_, a)| a)
-            .ok_or_else(|| {
-                format!(
-                    "model_type '{model_type}' is not supported; supported: {}",
-                    Self::supported_names().join(", ")
-                )
-            })
-    }
-
-    /// The accepted `model_type`s, in [`Architecture::SUPPORTED`] order.
-    pub fn supported_names() -> Vec<&'static str> {
-        Self::SUPPORTED.iter().map(|(n, _)| *n).collect()
-    }
-
     pub(crate) fn parse_config(
         self,
         model_type: String,
@@ -76,25 +40,13 @@ impl Architecture {
             Architecture::DistilBert => distilbert::parse_config(model_type, raw),
             Architecture::MpNet => mpnet::parse_config(model_type, raw),
             Architecture::ModernBert => modernbert::parse_config(model_type, raw),
-        }
-    }
-
-    /// Base-model prefixes the checkpoint's names may carry (tried in order).
-    pub(crate) fn prefixes(self) -> &'static [&'static str] {
-        match self {
-            Architecture::Bert => &["", "bert.", "model."],
-            Architecture::Roberta => &["", "roberta.", "model."],
-            Architecture::DistilBert => &["", "distilbert.", "model."],
-            Architecture::MpNet => &["", "mpnet.", "model."],
-            Architecture::ModernBert => &["", "model."],
-        }
-    }
-
-    /// The tensor whose presence tells the prefix.
-    pub(crate) fn anchor(self) -> &'static str {
-        match self {
-            Architecture::ModernBert => "embeddings.tok_embeddings.weight",
-            _ => "embeddings.word_embeddings.weight",
+            Architecture::Qwen3 => qwen3::parse_config(model_type, raw),
+            Architecture::Gemma3 => gemma3::parse_config(model_type, raw),
+            Architecture::EuroBert => eurobert::parse_config(model_type, raw),
+            Architecture::Gte => gte::parse_config(model_type, raw),
+            Architecture::NomicBert => nomic::parse_config(model_type, raw),
+            Architecture::DebertaV2 => deberta::parse_config(model_type, raw),
+            Architecture::JinaV3 => jina::parse_config(model_type, raw),
         }
     }
 
@@ -105,7 +57,42 @@ impl Architecture {
             Architecture::DistilBert => distilbert::load(w, cfg),
             Architecture::MpNet => mpnet::load(w, cfg),
             Architecture::ModernBert => modernbert::load(w, cfg),
+            Architecture::Qwen3 => qwen3::load(w, cfg),
+            Architecture::Gemma3 => gemma3::load(w, cfg),
+            Architecture::EuroBert => eurobert::load(w, cfg),
+            Architecture::Gte => gte::load(w, cfg),
+            Architecture::NomicBert => nomic::load(w, cfg),
+            Architecture::DebertaV2 => deberta::load(w, cfg),
+            Architecture::JinaV3 => jina::load(w, cfg),
         }
+    }
+}
+
+impl ModelConfig {
+    /// Read `config.json` text: the architecture is chosen by `model_type`; an
+    /// unknown one is an error that lists the supported ones.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let raw: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let model_type = match raw.get("model_type") {
+            None | Some(serde_json::Value::Null) => "bert".to_string(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => return Err(format!("model_type {v} is not a string")),
+        };
+        let arch = Architecture::from_model_type(&model_type)?;
+        let cfg = arch.parse_config(model_type, raw)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl Model {
+    /// Build the architecture `config` names from `w`; with [`Precision::Int8`]
+    /// the blocks' linear products run in int8. The kernels are the process's
+    /// (`Path::selected`, `Isa::selected`: `BERTFLOW_FP32_KERNEL` /
+    /// `BERTFLOW_INT8_KERNEL`, else the choice of [`crate::tuning`], else the rule).
+    pub fn load(w: &Weights, config: ModelConfig, precision: Precision) -> Result<Self> {
+        let parts = config.architecture.load(w, &config)?;
+        Model::from_parts(config, parts, precision)
     }
 }
 

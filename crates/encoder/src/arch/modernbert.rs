@@ -69,7 +69,7 @@ const PAD_TOKEN_ID: usize = 50283;
 
 pub(crate) fn parse_config(model_type: String, raw: Value) -> Result<ModelConfig, String> {
     let c = Sizes::deserialize(&raw).map_err(|e| e.to_string())?;
-    if c.hidden_activation == HiddenAct::GeluApprox {
+    if matches!(c.hidden_activation, HiddenAct::GeluApprox | HiddenAct::Silu) {
         return Err("hidden_activation: ModernBERT's GeGLU runs 'gelu' or 'relu'".into());
     }
     Layout::read(&raw, c.num_hidden_layers)?;
@@ -221,9 +221,9 @@ pub(crate) fn load(w: &Weights, cfg: &ModelConfig) -> Result<ModelParts> {
     let act = match cfg.hidden_act {
         HiddenAct::Gelu => Act::GeluErf,
         HiddenAct::Relu => Act::Relu,
-        HiddenAct::GeluApprox => {
+        HiddenAct::GeluApprox | HiddenAct::Silu => {
             return Err(EncoderError::Unsupported(
-                "ModernBERT with a tanh GELU".into(),
+                "ModernBERT with a tanh GELU or SiLU".into(),
             ))
         }
     };
@@ -263,7 +263,7 @@ pub(crate) fn load(w: &Weights, cfg: &ModelConfig) -> Result<ModelParts> {
         position: Vec::new(),
         positions: Positions::None,
         token_type: None,
-        ln: norm("embeddings.norm")?,
+        ln: Some(norm("embeddings.norm")?),
     };
     Ok(ModelParts {
         embeddings,

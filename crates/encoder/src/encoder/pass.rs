@@ -222,12 +222,21 @@ impl Encoder {
                 .copied()
                 .collect()
         };
+        // The last real token's rows of hidden state `l` (rows are right-padded).
+        let last = |l: usize| -> Vec<f32> {
+            let sents = states[l].chunks_exact(t * h).zip(&lens);
+            sents
+                .flat_map(|(sent, &len)| &sent[(len - 1) * h..len * h])
+                .copied()
+                .collect()
+        };
         let token_weights: Option<Vec<Vec<f32>>> =
             weights.map(|w| batch.iter().map(|&i| w.sentence(&ids[i])).collect());
         let mut out = Vec::with_capacity(sources.len());
         for src in sources {
             let rows = match src {
                 PoolSource::Cls(l) => cls(*l),
+                PoolSource::LastToken(l) => last(*l),
                 PoolSource::Pooler(l) => {
                     self.model.pool(&cls(*l))?.ok_or(EncoderError::NoPooler)?
                 }

@@ -281,15 +281,19 @@ impl super::Block for PostNormBlock {
         let inter_act = match self.act {
             HiddenAct::Gelu => Act::GeluErf,
             HiddenAct::Relu => Act::Relu,
-            HiddenAct::GeluApprox => Act::None,
+            HiddenAct::GeluApprox | HiddenAct::Silu => Act::None,
         };
         // The intermediate output's row ranges are gathered as it is written (int8),
         // so that the output product quantises it without a scan; not when an
         // activation is applied after.
-        let gathered = if matches!(self.act, HiddenAct::GeluApprox) {
+        let gathered = if matches!(self.act, HiddenAct::GeluApprox | HiddenAct::Silu) {
             self.intermediate
                 .forward_act_host(h1, inter_act, inter, qin)?;
-            gelu_tanh(inter);
+            if self.act == HiddenAct::Silu {
+                inter.iter_mut().for_each(|x| *x /= 1.0 + (-*x).exp());
+            } else {
+                gelu_tanh(inter);
+            }
             false
         } else {
             self.intermediate
@@ -323,7 +327,7 @@ impl Embeddings {
         t: usize,
         out: &mut [f32],
     ) -> Result<()> {
-        let h = self.ln.w.len();
+        let h = out.len() / ids.len().max(1);
         let n_pos = self.position.len() / h.max(1);
         for (s, (sent, rows)) in ids
             .chunks_exact(t)
@@ -366,7 +370,10 @@ impl Embeddings {
                 }
             }
         }
-        layer_norm(out, &self.ln.w, &self.ln.b, self.ln.eps).map_err(kernel_err)
+        match &self.ln {
+            Some(ln) => layer_norm(out, &ln.w, &ln.b, ln.eps).map_err(kernel_err),
+            None => Ok(()),
+        }
     }
 }
 

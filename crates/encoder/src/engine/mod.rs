@@ -14,6 +14,7 @@ use crate::weights::Weights;
 use bertflow_kernels::fp32::Path;
 use bertflow_kernels::{Isa, PackedLinear, QuantLinear};
 
+pub(crate) mod decoder;
 mod host;
 pub use host::Workspace;
 pub(crate) use host::{Pass, Scratch};
@@ -137,7 +138,8 @@ pub(crate) enum Positions {
 }
 
 /// The embedding layer: word + position (unless [`Positions::None`]) + token
-/// type (0 unless a pass names others), then LayerNorm.
+/// type (0 unless a pass names others), then LayerNorm (where the model has one:
+/// decoder-style models have none).
 pub(crate) struct Embeddings {
     /// `[vocab, hidden]`
     pub(crate) word: Vec<f32>,
@@ -146,7 +148,7 @@ pub(crate) struct Embeddings {
     pub(crate) positions: Positions,
     /// The token-type table `[type_vocab_size, hidden]`, where the model has one.
     pub(crate) token_type: Option<Vec<f32>>,
-    pub(crate) ln: LayerNorm,
+    pub(crate) ln: Option<LayerNorm>,
 }
 
 impl Embeddings {
@@ -174,7 +176,12 @@ impl Embeddings {
             )?,
             positions,
             token_type,
-            ln: LayerNorm::load(w, "embeddings.LayerNorm", h, cfg.layer_norm_eps)?,
+            ln: Some(LayerNorm::load(
+                w,
+                "embeddings.LayerNorm",
+                h,
+                cfg.layer_norm_eps,
+            )?),
         })
     }
 }
@@ -236,13 +243,15 @@ pub struct Model {
 }
 
 impl Model {
-    /// Build the architecture `config` names from `w`; with [`Precision::Int8`]
-    /// the blocks' linear products run in int8. The kernels are the process's
-    /// ([`Path::selected`], [`Isa::selected`]: `BERTFLOW_FP32_KERNEL` /
-    /// `BERTFLOW_INT8_KERNEL`, else the choice of [`crate::tuning`], else the rule).
-    pub fn load(w: &Weights, config: ModelConfig, precision: Precision) -> Result<Self> {
+    /// The model of `parts` (built by the architecture's module:
+    /// `Model::load` in [`crate::arch`]); with [`Precision::Int8`] the blocks'
+    /// linear products run in int8.
+    pub(crate) fn from_parts(
+        config: ModelConfig,
+        parts: ModelParts,
+        precision: Precision,
+    ) -> Result<Self> {
         let fp32 = Path::selected().map_err(|e| EncoderError::Precision(e.to_string()))?;
-        let parts = config.architecture.load(w, &config)?;
         let mut model = Self {
             config,
             embeddings: parts.embeddings,

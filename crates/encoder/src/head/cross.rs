@@ -28,7 +28,7 @@ pub struct CrossEncoder {
     /// keeping the first tokens ([`Truncation::Right`]) and the last ([`Truncation::Left`]).
     right: Tokenizer,
     left: Tokenizer,
-    /// Whether the model reads token types (BERT).
+    /// Whether the model reads token types (BERT, DeBERTa-v2 with a token-type table).
     types: bool,
 }
 
@@ -90,7 +90,9 @@ impl CrossEncoder {
         };
         let right = truncating(TruncationDirection::Right)?;
         let left = truncating(TruncationDirection::Left)?;
-        let types = encoder.config().architecture == Architecture::Bert;
+        let cfg = encoder.config();
+        let types = cfg.architecture == Architecture::Bert
+            || (cfg.architecture == Architecture::DebertaV2 && cfg.type_vocab_size > 0);
         Ok(Self {
             encoder,
             head,

@@ -12,6 +12,8 @@
 //!   (`classifier_pooling`), `head.dense` (bias if `classifier_bias`), the
 //!   `classifier_activation`, `head.norm` (bias if `norm_bias`), then
 //!   `classifier`.
+//! - DeBERTa-v2 (mxbai-rerank): `pooler.dense` (the ContextPooler) and the
+//!   `pooler_hidden_act` (GELU) on `[CLS]`, then `classifier`.
 //!
 //! [`CrossEncoder`] loads such a checkpoint and scores texts and text pairs.
 use crate::arch::Architecture;
@@ -33,6 +35,7 @@ pub const SUPPORTED_HEADS: &[&str] = &[
     "DistilBertForSequenceClassification",
     "MPNetForSequenceClassification",
     "ModernBertForSequenceClassification",
+    "DebertaV2ForSequenceClassification",
 ];
 
 /// The first `*ForSequenceClassification` class of `config.json`'s
@@ -279,6 +282,29 @@ impl Head {
                     labels,
                     class,
                 }
+            }
+            Architecture::DebertaV2 => {
+                let act = HeadAct::parse(
+                    cfg.raw
+                        .get("pooler_hidden_act")
+                        .and_then(Value::as_str)
+                        .unwrap_or("gelu"),
+                )
+                .map_err(bad)?;
+                Self {
+                    input: Input::First,
+                    dense: Some((Dense::load(w, "pooler.dense", h, h, true)?, act)),
+                    norm: None,
+                    out: Dense::load(w, "classifier", h, n, true)?,
+                    labels,
+                    class,
+                }
+            }
+            other => {
+                return Err(bad(format!(
+                    "{class} does not match model_type '{}' ({other:?})",
+                    cfg.model_type
+                )))
             }
         };
         Ok(head)

@@ -17,14 +17,16 @@
 //! [`crate::PoolSource::St`] carries into the forward pass: [`StHead::pool`]
 //! runs the whole pipeline on a batch's hidden states.
 use crate::error::{io_err, EncoderError, Result};
-use crate::pooling::{masked_mean, PoolSource};
+use crate::token_mean::masked_mean;
 use ndarray::{Array2, ArrayView2};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod prompts;
 mod read;
+pub use prompts::{StPrompts, PROMPTS_FILE};
 use read::bad;
 
 /// A row-wise map applied inside the pipeline (bertflow's calibrator module).
@@ -115,13 +117,47 @@ pub fn normalize_rows(rows: &mut [f32], d: usize) {
     }
 }
 
+/// bertflow's module's source: the hidden states it pools (the subset of
+/// [`crate::PoolSource`] an st pipeline accepts, with the same keys).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LayerSource {
+    /// The [CLS] vector of hidden state `n`.
+    Cls(usize),
+    /// Masked token mean of the mean of these hidden states (sorted, deduplicated).
+    Mean(Vec<usize>),
+}
+
+impl LayerSource {
+    /// The deepest hidden state needed.
+    pub fn max_layer(&self) -> usize {
+        match self {
+            LayerSource::Cls(n) => *n,
+            LayerSource::Mean(v) => v.iter().copied().max().unwrap_or(0),
+        }
+    }
+
+    /// The key of the same [`crate::PoolSource`] (`cls@N`, `mean@A,B`).
+    pub fn key(&self) -> String {
+        match self {
+            LayerSource::Cls(n) => format!("cls@{n}"),
+            LayerSource::Mean(v) => format!(
+                "mean@{}",
+                v.iter()
+                    .map(|l| l.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
 /// One step of the pipeline after the transformer.
 #[derive(Clone)]
 pub enum Step {
     /// sentence-transformers' `Pooling` on the last hidden state.
     Pool(Vec<Mode>),
     /// bertflow's module pooling from the hidden states (`{"mean": [..]}`, `{"cls": n}`).
-    Source(PoolSource),
+    Source(LayerSource),
     Dense(Dense),
     Normalize,
     /// bertflow's module's calibrator file (resolved by [`StSpec::head`]).
@@ -159,6 +195,10 @@ pub struct StSpec {
     pub max_seq_length: Option<usize>,
     /// Lowercase the text before tokenising (`do_lower_case`).
     pub lowercase: bool,
+    /// The `Pooling` module's `include_prompt` (default true): false leaves a
+    /// prompt's tokens out of the pooled tokens. bertflow-core refuses a
+    /// non-empty prompt with pooling `st` then (see `bertflow_core::prompt`).
+    pub include_prompt: bool,
     pub steps: Vec<Step>,
 }
 
@@ -248,6 +288,7 @@ impl StSpec {
         Ok(StHead {
             max_len,
             lowercase: self.lowercase,
+            include_prompt: self.include_prompt,
             steps,
             dim,
             max_layer,
@@ -262,6 +303,8 @@ pub struct StHead {
     /// Truncation (sentence-transformers' `max_seq_length`, at most the encoder's).
     pub max_len: usize,
     pub lowercase: bool,
+    /// The directory's `include_prompt` (see [`StSpec::include_prompt`]).
+    pub include_prompt: bool,
     steps: Vec<Step>,
     dim: usize,
     /// Deepest hidden state read.
@@ -305,7 +348,7 @@ impl StHead {
                     rows = pool_modes(modes, &states[self.layers], lens, t, h);
                     width = modes.len() * h;
                 }
-                Step::Source(PoolSource::Cls(l)) => {
+                Step::Source(LayerSource::Cls(l)) => {
                     rows = states[*l]
                         .chunks_exact(t * h)
                         .flat_map(|s| &s[..h])
@@ -313,16 +356,10 @@ impl StHead {
                         .collect();
                     width = h;
                 }
-                Step::Source(PoolSource::Mean(ls)) => {
+                Step::Source(LayerSource::Mean(ls)) => {
                     let hs: Vec<&[f32]> = ls.iter().map(|&l| states[l].as_slice()).collect();
                     rows = masked_mean(&hs, lens, t, h, None);
                     width = h;
-                }
-                Step::Source(other) => {
-                    return Err(EncoderError::Unsupported(format!(
-                        "source {} in an st pipeline",
-                        other.key()
-                    )))
                 }
                 Step::Dense(d) => {
                     rows = d.apply(&rows);

@@ -1,7 +1,7 @@
 //! Parsing a sentence-transformers directory into an [`StSpec`].
+use super::LayerSource;
 use super::{Dense, Mode, StSpec, Step, LEGACY_MODES};
 use crate::error::{io_err, EncoderError, Result};
-use crate::pooling::PoolSource;
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -14,7 +14,7 @@ pub(super) fn bad(path: &Path, msg: impl Into<String>) -> EncoderError {
     }
 }
 
-fn read_json(path: &Path) -> Result<Value> {
+pub(super) fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(io_err(path))?;
     serde_json::from_str(&text).map_err(|e| bad(path, e.to_string()))
 }
@@ -67,11 +67,13 @@ impl StSpec {
         let modules = modules
             .as_array()
             .ok_or_else(|| bad(&modules_path, "expected a JSON list of modules"))?;
-        check_prompts(root)?;
+        // A malformed prompts file is an error here too, naming the file.
+        super::prompts::StPrompts::read(root)?;
         let mut spec = StSpec {
             root: root.to_path_buf(),
             max_seq_length: None,
             lowercase: false,
+            include_prompt: true,
             steps: Vec::new(),
         };
         // Whether a sentence vector exists yet, and its width (None after a
@@ -149,7 +151,8 @@ impl StSpec {
                     }
                 }
                 "Pooling" if st_module => {
-                    let modes = read_pooling(&dir.join("config.json"), hidden)?;
+                    let (modes, include_prompt) = read_pooling(&dir.join("config.json"), hidden)?;
+                    spec.include_prompt &= include_prompt;
                     pooled = true;
                     dim = Some(modes.len() * hidden);
                     spec.steps.push(Step::Pool(modes));
@@ -229,7 +232,7 @@ impl StSpec {
 }
 
 /// bertflow's module's `source`: `{"mean": [layers]}` or `{"cls": layer}`.
-fn parse_source(v: &Value, layers: usize, path: &Path) -> Result<PoolSource> {
+fn parse_source(v: &Value, layers: usize, path: &Path) -> Result<LayerSource> {
     let layer = |x: &Value| -> Result<usize> {
         let l = x
             .as_u64()
@@ -245,12 +248,12 @@ fn parse_source(v: &Value, layers: usize, path: &Path) -> Result<PoolSource> {
     };
     let obj = v.as_object().filter(|o| o.len() == 1);
     match obj.and_then(|o| o.iter().next()) {
-        Some((k, x)) if k == "cls" => Ok(PoolSource::Cls(layer(x)?)),
+        Some((k, x)) if k == "cls" => Ok(LayerSource::Cls(layer(x)?)),
         Some((k, Value::Array(xs))) if k == "mean" && !xs.is_empty() => {
             let mut v = xs.iter().map(layer).collect::<Result<Vec<_>>>()?;
             v.sort_unstable();
             v.dedup();
-            Ok(PoolSource::Mean(v))
+            Ok(LayerSource::Mean(v))
         }
         _ => Err(bad(
             path,
@@ -259,8 +262,9 @@ fn parse_source(v: &Value, layers: usize, path: &Path) -> Result<PoolSource> {
     }
 }
 
-/// The modes of a `Pooling` config (new `pooling_mode`, or the old flags).
-fn read_pooling(path: &Path, hidden: usize) -> Result<Vec<Mode>> {
+/// The modes of a `Pooling` config (new `pooling_mode`, or the old flags)
+/// and its `include_prompt`.
+fn read_pooling(path: &Path, hidden: usize) -> Result<(Vec<Mode>, bool)> {
     let cfg = read_json(path)?;
     if !cfg.is_object() {
         return Err(bad(path, "expected a JSON object"));
@@ -308,9 +312,8 @@ fn read_pooling(path: &Path, hidden: usize) -> Result<Vec<Mode>> {
             modes
         }
     };
-    // Without prompts (see `check_prompts`) `include_prompt` changes nothing.
-    get_bool(&cfg, "include_prompt", true, path)?;
-    Ok(modes)
+    let include_prompt = get_bool(&cfg, "include_prompt", true, path)?;
+    Ok((modes, include_prompt))
 }
 
 /// A `Dense` module's config and weights; `input`: the width it receives, if known.
@@ -408,27 +411,4 @@ fn read_tensors(dir: &Path) -> Result<(PathBuf, HashMap<String, Tensor>)> {
         dir: dir.to_path_buf(),
         missing: "the Dense module's model.safetensors (or pytorch_model.bin)".into(),
     })
-}
-
-/// A default prompt would be prepended by `encode`: not supported (an error
-/// rather than other vectors).
-fn check_prompts(root: &Path) -> Result<()> {
-    let path = root.join("config_sentence_transformers.json");
-    if !path.is_file() {
-        return Ok(());
-    }
-    let cfg = read_json(&path)?;
-    if let Some(name) = cfg.get("default_prompt_name").and_then(Value::as_str) {
-        let prompt = cfg
-            .get("prompts")
-            .and_then(|p| p.get(name))
-            .and_then(Value::as_str);
-        if prompt.is_some_and(|p| !p.is_empty()) {
-            return Err(bad(
-                &path,
-                format!("default_prompt_name {name:?}: prompts are not supported by pooling 'st'"),
-            ));
-        }
-    }
-    Ok(())
 }

@@ -109,7 +109,10 @@ impl EvalSet {
 }
 
 /// The data folder: `flag` if given, else the environment variable `BERTFLOW_DATA` if set
-/// and non-empty, else [`DEFAULT_DATA_DIR`] (`../shared/data/sts`).
+/// and non-empty, else [`DEFAULT_DATA_DIR`] (`../shared/data/sts`) as it stands, relative
+/// to the working directory. bertflow's front ends (the CLI, Python) use
+/// `bertflow_core::defaults::data_dir` instead, the one rule that also looks for the
+/// default above where bertflow is installed.
 pub fn resolve_data_dir(flag: Option<&Path>) -> PathBuf {
     if let Some(p) = flag {
         return p.to_path_buf();

@@ -3,9 +3,11 @@
 Reads Parquet, JSONL or a text file (one sentence per line), encodes the text
 column on the executors, optionally fits a calibrator on the whole corpus and
 applies it, and writes Parquet: every input column (an id column kept, or
-added from the input order) plus ``embedding`` (``array<float>``). The same
-command runs unchanged under ``spark-submit`` (the cluster's master then
-applies; ``--master`` is for local runs).
+added from the input order) plus ``embedding`` (``array<float>``). With
+``--index FILE`` the driver then builds a search index from that output with
+core's ``index build --vectors`` (the model, pooling and calibrator recorded;
+no second encoding). The same command runs unchanged under ``spark-submit``
+(the cluster's master then applies; ``--master`` is for local runs).
 """
 
 import argparse
@@ -67,7 +69,18 @@ def parse_args(argv=None):
     p.add_argument("--partitions", type=int, default=None,
                    help="repartition the input into N partitions before encoding (default: 2 "
                    "per core in local mode, else the input's partitions)")
-    return p.parse_args(argv)
+    p.add_argument("--index", metavar="FILE",
+                   help="then build a search index (bertflow index build --vectors) from the "
+                   "output, on the driver: --output must be a path the driver reads, and the "
+                   "driver must load the model (the index records model, pooling and "
+                   "calibrator); a null or empty text's row fails it (use --empty skip)")
+    p.add_argument("--quantize", metavar="SPEC",
+                   help="with --index: store codes too, as `bertflow index build --quantize` "
+                   "(int8, binary:itq=true, pq:m=M, ...)")
+    a = p.parse_args(argv)
+    if a.quantize and not a.index:
+        p.error("--quantize needs --index")
+    return a
 
 
 def session(master):
@@ -162,9 +175,16 @@ def main(argv=None):
         calibrator = bertflow.calibrator(a.calibrate)
     if a.save_calibrator and not a.calibrator and calibrator._kind == "none":
         raise SystemExit("bertflow.spark: --save-calibrator needs --calibrate SPEC")
-    if not a.overwrite and os.path.exists(a.output):
-        raise SystemExit(f"bertflow.spark: {a.output} exists (pass --overwrite to replace it)")
+    for path in (a.output, a.index):
+        if path and not a.overwrite and os.path.exists(path):
+            raise SystemExit(f"bertflow.spark: {path} exists (pass --overwrite to replace it)")
+    if a.index:
+        _index_checks(a, calibrator)
     t0 = time.perf_counter()
+    from pyspark.sql import SparkSession
+
+    own_session = SparkSession.getActiveSession() is None and not (
+        "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_REMOTE" in os.environ)
     spark = session(a.master)
     t_session = time.perf_counter() - t0
     model = a.model
@@ -205,15 +225,74 @@ def main(argv=None):
     out = transform(emb, "embedding", fitted) if fitted is not None and not a.calibrator else emb
     out.write.mode("overwrite" if a.overwrite else "error").parquet(a.output)
     t_job = time.perf_counter() - t0 - t_session
-    n = spark.read.parquet(a.output).count()
-    import resource
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"bertflow.spark: wrote {n} rows to {a.output} (session {t_session:.1f} s, "
-          f"job {t_job:.1f} s, driver peak RSS {rss:.0f} MB)", file=sys.stderr)
     if kind != "none" and not a.calibrator:
         emb.unpersist()
+    import resource
+
+    t = time.perf_counter()
+    if a.index:
+        used = calibrator if a.calibrator else fitted
+        n = build_index(a, a.model if a.ship_model else model, used)
+        what = f"; indexed into {a.index} in {time.perf_counter() - t:.1f} s"
+    else:
+        n, what = output_rows(spark, a.output), ""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"bertflow.spark: wrote {n} rows to {a.output} (session {t_session:.1f} s, "
+          f"job {t_job:.1f} s, driver peak RSS {rss:.0f} MB){what}", file=sys.stderr)
+    if own_session:
+        from bertflow.spark import _jvm
+
+        _jvm.finish(spark)  # the first local run keeps its JVM's class archive
     return 0
+
+
+def output_rows(spark, path):
+    """Rows written: from the part files' footers when the driver reads the
+    output (no Spark job), else counted by Spark."""
+    if os.path.isdir(path):
+        import pyarrow.parquet as pq
+
+        parts = sorted(f for f in os.listdir(path)
+                       if f.endswith(".parquet") and not f.startswith(("_", ".")))
+        return sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows for f in parts)
+    return spark.read.parquet(path).count()
+
+
+def _index_checks(a, calibrator):
+    """--index's conditions, checked before the JVM starts."""
+    if a.calibrator and calibrator.quantizer_ is not None:
+        raise SystemExit("bertflow.spark: --index needs vectors; the calibrator ends in a "
+                         "quantizer (codes): index with --quantize instead")
+    if "://" in a.output and not a.output.startswith("file:"):
+        raise SystemExit(f"bertflow.spark: --index reads the output on the driver; "
+                         f"{a.output} is not a local path")
+    if a.quantize:
+        try:
+            _bertflow.check_quantize(a.quantize)  # core's parser: a bad spec fails here
+        except ValueError as e:
+            raise SystemExit(f"bertflow.spark: --quantize: {e}") from None
+
+
+def build_index(a, model, calibrator):
+    """Core's ``index build --vectors OUTPUT`` with the job's model, pooling
+    and calibrator (the pipeline that made the vectors; the calibrator file is
+    copied beside the index, as ``index build --calibrator`` does); returns
+    the rows."""
+    import tempfile
+
+    import bertflow
+
+    path = a.output[len("file:"):] if a.output.startswith("file:") else a.output
+    with tempfile.TemporaryDirectory(prefix="bertflow-index-") as tmp:
+        cal_file = a.calibrator or a.save_calibrator
+        if calibrator is not None and cal_file is None:
+            cal_file = os.path.join(tmp, "calibrator.safetensors")
+            calibrator.save(cal_file)
+        enc = bertflow.Encoder(model, pooling=a.pooling, max_len=a.max_len, threads=1,
+                               cache=False, calibrator=cal_file if calibrator else None,
+                               allow_mismatch=a.allow_mismatch)
+        index = bertflow.Index.build(a.index, vectors=path, encoder=enc, quantize=a.quantize)
+    return len(index)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,169 @@
+"""JVM options for a local Spark session: a short-lived driver JVM that is
+also the only executor, started once per command.
+
+Measured on a 2-core machine (docs/spark.md): most of a local session's
+start and of its first job is class loading and JIT compilation, not Spark's
+work. Three standard HotSpot options remove most of it:
+
+- an application class-data-sharing archive (AppCDS, JDK 13+): the classes
+  the JVM loaded in an earlier run are mapped from one file instead of being
+  read from Spark's jars, parsed and verified again. The first session
+  writes it at exit (``-XX:ArchiveClassesAtExit``, to a private temporary
+  name); the next session adopts it (renamed into place once its header is
+  complete) and maps it (``-XX:SharedArchiveFile``). A stale archive (another
+  Java or PySpark) is ignored by the JVM, and the key below changes with
+  them anyway;
+- ``-XX:TieredStopAtLevel=1``: the client compiler only, whose code is ready
+  sooner (the heavy work of a bertflow job runs in the Python workers);
+- ``-XX:+UseSerialGC``: no parallel collector threads competing with the
+  encoder for the cores.
+
+Never applied when ``spark.driver.extraJavaOptions`` is given (in ``conf``
+or by spark-submit), on a cluster, or with ``BERTFLOW_SPARK_JVM_CACHE=0``.
+The archives live in ``$BERTFLOW_SPARK_JVM_CACHE`` (a folder), else
+``$XDG_CACHE_HOME/bertflow/spark-jvm``, else ``~/.cache/bertflow/spark-jvm``;
+about 150 MB each.
+"""
+
+import hashlib
+import os
+import shutil
+import struct
+import time
+
+#: Options of every local session (besides the archive).
+FAST_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: First bytes of a complete dynamic CDS archive (HotSpot's
+#: CDS_DYNAMIC_ARCHIVE_MAGIC, little-endian): written last, with the header.
+_DYNAMIC_MAGIC = 0xF00BABA8
+
+ENV = "BERTFLOW_SPARK_JVM_CACHE"
+
+#: (folder, archive name) that this process's JVM writes at exit, if any.
+_PENDING = []
+
+
+def cache_dir():
+    """The archives' folder, or None when switched off."""
+    env = os.environ.get(ENV)
+    if env == "0":
+        return None
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bertflow", "spark-jvm")
+
+
+def _java():
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.isfile(os.path.join(home, "bin", "java")):
+        return os.path.realpath(os.path.join(home, "bin", "java"))
+    found = shutil.which("java")
+    return os.path.realpath(found) if found else None
+
+
+def _key():
+    """Changes with the JVM, PySpark's jars and the options."""
+    import pyspark
+
+    java = _java()
+    if java is None:
+        return None
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    parts = [java, str(os.stat(java).st_mtime_ns), pyspark.__version__, jars, FAST_START]
+    try:
+        parts.append(str(os.stat(jars).st_mtime_ns))
+    except OSError:
+        pass
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _complete(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return len(head) == 4 and struct.unpack("<I", head)[0] == _DYNAMIC_MAGIC
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _adopt(folder, name, finished=None):
+    """Renames a finished temporary archive into place (one whose writer,
+    named by the Python pid in its name, is gone, or is ``finished``);
+    removes duplicates and old half-written ones."""
+    final = os.path.join(folder, name)
+    for f in sorted(os.listdir(folder)):
+        if not (f.startswith(name + ".") and f.endswith(".tmp")):
+            continue
+        path = os.path.join(folder, f)
+        try:
+            pid = int(f[len(name) + 1:-len(".tmp")])
+        except ValueError:
+            continue
+        if pid != finished and _alive(pid):
+            continue  # its JVM writes it at exit
+        if not os.path.exists(final) and _complete(path):
+            os.replace(path, final)
+        elif os.path.exists(final) or time.time() - os.path.getmtime(path) > 600:
+            try:  # a duplicate, or left half-written by a killed JVM
+                os.remove(path)
+            except OSError:
+                pass
+    return final if _complete(final) else None
+
+
+def driver_options():
+    """``spark.driver.extraJavaOptions`` for a local session."""
+    folder = cache_dir()
+    key = _key() if folder else None
+    if key is None:
+        return FAST_START
+    try:
+        os.makedirs(folder, exist_ok=True)
+        name = f"spark-{key}.jsa"
+        archive = _adopt(folder, name)
+    except OSError:
+        return FAST_START
+    if archive:
+        return f"{FAST_START} -XX:SharedArchiveFile={archive}"
+    tmp = os.path.join(folder, f"{name}.{os.getpid()}.tmp")
+    _PENDING[:] = [(folder, name)]
+    return f"{FAST_START} -XX:ArchiveClassesAtExit={tmp}"
+
+
+def finish(spark):
+    """Ends a local session for good (the command's last step). When this
+    process's JVM writes a class archive at exit, lets it exit now and adopts
+    the archive, so that the next session starts from it."""
+    if not _PENDING:
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    spark.stop()
+    if proc is None or proc.stdin is None:
+        return
+    try:
+        proc.stdin.close()  # the gateway JVM exits at the end of its stdin
+        proc.wait(timeout=180)
+    except Exception:  # noqa: BLE001 - best effort: the next session adopts it
+        return
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    folder, name = _PENDING.pop()
+    try:
+        _adopt(folder, name, finished=os.getpid())
+    except OSError:
+        pass
