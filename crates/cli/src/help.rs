@@ -173,23 +173,26 @@ mod tests {
     #[test]
     fn the_first_sentence_without_asides() {
         assert_eq!(
-            first_sentence("Address to listen on (127.0.0.1: this machine only).\nMore."),
+            first_sentence(
+                "Address to listen on (127.0.0.1: this machine only).\nMore.",
+                60
+            ),
             "Address to listen on"
         );
         assert_eq!(
-            first_sentence("Output file; the format follows"),
+            first_sentence("Output file; the format follows", 60),
             "Output file"
         );
         assert_eq!(
-            first_sentence("A label (e.g. the model). Stored in the file."),
+            first_sentence("A label (e.g. the model). Stored in the file.", 60),
             "A label"
         );
         assert_eq!(
-            first_sentence("Treat `a.b` as JSONL."),
+            first_sentence("Treat `a.b` as JSONL.", 60),
             "Treat `a.b` as JSONL"
         );
         let long = "word ".repeat(40);
-        let short = first_sentence(&long);
+        let short = first_sentence(&long, 60);
         assert!(
             short.ends_with("...") && short.chars().count() <= 60,
             "{short}"
