@@ -235,7 +235,7 @@ fn index_build_serve_add_verify_and_refuse() {
         .err()
         .unwrap();
     assert!(
-        err.contains("refusing the index") && err.contains("pooling: index last-avg vs now cls"),
+        err.contains("the index") && err.contains("built with pooling last-avg, not cls"),
         "{err}"
     );
     // Appending with another pooling is refused too.
