@@ -249,7 +249,10 @@ fn index_build_serve_add_verify_and_refuse() {
         "--pooling",
         "cls",
     ]));
-    assert!(err.contains("pooling: index last-avg vs now cls"), "{err}");
+    assert!(
+        err.contains("built with pooling last-avg, not cls"),
+        "{err}"
+    );
 
     // A flipped bit in a vector: `index verify` and `serve --index-verify` refuse the file;
     // the cheap open at start-up does not read the vectors.
