@@ -31,7 +31,7 @@ pub(crate) fn parse_config(model_type: String, raw: Value) -> Result<ModelConfig
     let c = LlamaSizes::read(&raw)?;
     c.glu()?;
     rope_theta(&raw, "full_attention", "rope_theta", 10_000.0)?;
-    if head_dim(&c) % 2 != 0 {
+    if !head_dim(&c).is_multiple_of(2) {
         return Err("head_dim must be even for rotary positions".into());
     }
     let pad = c.pad_token_id.unwrap_or(PAD_TOKEN_ID);

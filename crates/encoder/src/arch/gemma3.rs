@@ -130,7 +130,7 @@ fn layout(t: &Value, c: &LlamaSizes) -> Result<Layout, String> {
             .filter(|s| s.is_finite() && *s > 0.0)
             .ok_or_else(|| format!("query_pre_attn_scalar {v} is not positive"))?,
     };
-    if dh % 2 != 0 {
+    if !dh.is_multiple_of(2) {
         return Err("head_dim must be even for rotary positions".into());
     }
     Ok(Layout {

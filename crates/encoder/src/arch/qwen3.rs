@@ -199,7 +199,7 @@ pub(crate) fn parse_config(model_type: String, raw: Value) -> Result<ModelConfig
     c.glu()?;
     check_layers(&raw)?;
     rope_theta(&raw, "full_attention", "rope_theta", 10_000.0)?;
-    if head_dim(&c, &model_type) % 2 != 0 {
+    if !head_dim(&c, &model_type).is_multiple_of(2) {
         return Err("head_dim must be even for rotary positions".into());
     }
     // Qwen's configs name no pad token (its tokenizer pads with <|endoftext|>):
