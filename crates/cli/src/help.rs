@@ -6,11 +6,15 @@
 use clap::builder::StyledStr;
 use clap::{Arg, Command};
 
-/// Most characters of an option's `-h` line after its flags: its text and
-/// clap's notes (`[default: ...]`, `[env: ...]`, ...), so that it stays on the
-/// option's line beside the widest flag column (clap wraps at 100 columns
-/// off a terminal).
-const LINE_MAX: usize = 60;
+/// Columns clap lays help out in off a terminal. Clap puts every option's text
+/// on the line after its flags as soon as one option's text and notes would
+/// not fit beside the widest flag column, so each `-h` text is cut to fit there.
+const TERM_WIDTH: usize = 100;
+/// Columns clap adds to the widest flags: two before, four between, slack.
+const FLAG_PADDING: usize = 10;
+/// Defaults longer than this (a model's path) are left out of `-h`; `--help`
+/// still names them.
+const DEFAULT_MAX: usize = 24;
 /// Fewest characters left for the text, whatever the notes take.
 const TEXT_MIN: usize = 12;
 /// Most characters of a command's one-line summary in its parent's `-h`.
@@ -33,7 +37,14 @@ pub fn shape(cmd: Command) -> Command {
 }
 
 fn shape_one(cmd: Command) -> Command {
-    let mut cmd = cmd.mut_args(shape_arg);
+    let flags = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .map(flags_len)
+        .max()
+        .unwrap_or(0);
+    let line_max = TERM_WIDTH.saturating_sub(flags + FLAG_PADDING);
+    let mut cmd = cmd.mut_args(|a| shape_arg(a, line_max));
     if let Some(about) = cmd.get_about().map(StyledStr::to_string) {
         let long = cmd
             .get_long_about()
@@ -54,15 +65,72 @@ fn shape_one(cmd: Command) -> Command {
     cmd
 }
 
-fn shape_arg(a: Arg) -> Arg {
+/// Width of an option's flags column as clap writes it: `-m, --model <MODEL>`,
+/// or four spaces then `--max-len <TOKENS>`.
+fn flags_len(a: &Arg) -> usize {
+    let mut n = 4;
+    if let Some(long) = a.get_long() {
+        n += 2 + long.len();
+    }
+    if a.get_action().takes_values() {
+        let names: Vec<String> = match a.get_value_names() {
+            Some(v) => v.iter().map(|s| s.to_string()).collect(),
+            None => vec![a.get_id().to_string().to_uppercase()],
+        };
+        n += names.iter().map(|v| v.len() + 3).sum::<usize>();
+        if matches!(a.get_num_args(), Some(r) if r.max_values() > 1) {
+            n += 3;
+        }
+    }
+    n
+}
+
+fn shape_arg(a: Arg, line_max: usize) -> Arg {
     let Some(help) = a.get_help().map(StyledStr::to_string) else {
         return a;
     };
-    let long = a
+    let mut long = a
         .get_long_help()
         .map(StyledStr::to_string)
         .unwrap_or_else(|| help.clone());
-    let budget = LINE_MAX.saturating_sub(notes_len(&a)).max(TEXT_MIN);
+    let defaults: Vec<String> = a
+        .get_default_values()
+        .iter()
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect();
+    let a = if !a.is_hide_default_value_set() && defaults.join(", ").len() > DEFAULT_MAX {
+        long = format!("{} [default: {}]", long.trim_end(), defaults.join(", "));
+        a.hide_default_value(true)
+    } else {
+        a
+    };
+    let values: Vec<String> = a
+        .get_possible_values()
+        .iter()
+        .filter(|v| !v.is_hide_set())
+        .map(|v| v.get_name().to_string())
+        .collect();
+    let a = if notes_len(&a) + TEXT_MIN > line_max
+        && a.get_action().takes_values()
+        && !values.is_empty()
+        && !a.is_hide_possible_values_set()
+    {
+        long = format!(
+            "{} [possible values: {}]",
+            long.trim_end(),
+            values.join(", ")
+        );
+        a.hide_possible_values(true)
+    } else {
+        a
+    };
+    // The value of a set environment variable (a path) is left out too.
+    let a = if notes_len(&a) + TEXT_MIN > line_max && a.get_env().is_some() {
+        a.hide_env_values(true)
+    } else {
+        a
+    };
+    let budget = line_max.saturating_sub(notes_len(&a)).max(TEXT_MIN);
     let short = first_sentence(&help, budget);
     if short == long {
         return a;
