@@ -19,7 +19,7 @@ cargo test --release --locked "$@"
 # The Python tests compare against the release binary. Built with the default
 # members' feature set (what `cargo test` just compiled, so this is a no-op
 # after a full run): `-p bertflow` alone would unify features differently and
-# recompile tokio, candle and the rest (about 5 minutes on 2 cores).
+# recompile tokio and the rest (minutes on 2 cores).
 cargo build --release --locked --all-targets
 scripts/python-env.sh
 scripts/ensure-java.sh  # the bertflow.spark tests run a local Spark session

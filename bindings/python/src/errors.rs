@@ -69,7 +69,6 @@ fn encoder_kind(e: &EncoderError, msg: String) -> PyErr {
             PyFileNotFoundError::new_err(msg)
         }
         EncoderError::Io { source, .. } => io_error(source, msg),
-        EncoderError::Candle(_) => PyRuntimeError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }

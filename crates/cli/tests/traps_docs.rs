@@ -139,7 +139,7 @@ fn benchmark_cells_are_short() {
 }
 
 /// Nothing overrides rayon's threads: the forward pass runs on bertflow's
-/// own kernels and batch workers (candle only reads weights), so the old
+/// own kernels and batch workers (weights are read by its own readers), so the old
 /// `RAYON_NUM_THREADS=1` guard had nothing left to guard.
 #[test]
 fn no_rayon_override() {

@@ -42,8 +42,6 @@ pub enum EncoderError {
     Precision(String),
     #[error(transparent)]
     Kernel(#[from] bertflow_kernels::KernelError),
-    #[error("tensor computation failed: {0}")]
-    Candle(#[from] candle_core::Error),
 }
 
 pub type Result<T, E = EncoderError> = std::result::Result<T, E>;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WeightsFile {
     Safetensors(PathBuf),
-    /// `pytorch_model.bin` (a PyTorch zip pickle), read with candle's pickle reader.
+    /// `pytorch_model.bin` (a `torch.save` zip archive), read by [`crate::checkpoint`].
     Pytorch(PathBuf),
 }
 

@@ -9,6 +9,7 @@
 //! - [`pooling`]: the poolings and the hidden states each one reads.
 //! - [`encoder`]: batching sorted by length on worker threads, order restored.
 //! - [`precision`]: fp32 or int8 linear layers (bertflow-kernels).
+//! - [`checkpoint`]: safetensors and `torch.save` files read into host tensors.
 //! - [`cache`]: on-disk cache of encoded matrices with integrity checks.
 //! - [`tuning`]: the fp32 and int8 kernels, chosen by measurement once per CPU
 //!   (cached in `kernels.json`), by the environment, or by rule.
@@ -17,6 +18,7 @@
 //! - [`st`]: the `st` pooling, a sentence-transformers directory's own pipeline.
 pub mod arch;
 pub mod cache;
+pub mod checkpoint;
 pub mod config;
 pub mod encoder;
 pub mod engine;

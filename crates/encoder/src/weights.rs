@@ -3,14 +3,14 @@
 //! prefix (`bert.` as in BertForPreTraining checkpoints such as
 //! bert-base-uncased, `roberta.`, `distilbert.`, `mpnet.`, `model.`) and the old
 //! TensorFlow-era `gamma`/`beta` names of LayerNorm parameters are accepted.
+use crate::checkpoint::{read_safetensors, read_torch, HostTensor};
 use crate::error::{EncoderError, Result};
 use crate::family::Architecture;
 use crate::files::WeightsFile;
-use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 
 pub struct Weights {
-    tensors: HashMap<String, Tensor>,
+    tensors: HashMap<String, HostTensor>,
     prefix: String,
 }
 
@@ -18,22 +18,12 @@ impl Weights {
     /// The tensors of `file`, named without the prefix that `arch`'s checkpoints
     /// may carry.
     pub fn load(file: &WeightsFile, arch: Architecture) -> Result<Self> {
-        let device = &Device::Cpu;
-        let tensors: HashMap<String, Tensor> = match file {
-            WeightsFile::Safetensors(p) => {
-                candle_core::safetensors::load(p, device).map_err(|e| EncoderError::BadFile {
-                    path: p.clone(),
-                    msg: e.to_string(),
-                })?
-            }
-            WeightsFile::Pytorch(p) => candle_core::pickle::read_all(p)
-                .map_err(|e| EncoderError::BadFile {
-                    path: p.clone(),
-                    msg: e.to_string(),
-                })?
-                .into_iter()
-                .collect(),
-        };
+        let tensors: HashMap<String, HostTensor> = match file {
+            WeightsFile::Safetensors(p) => read_safetensors(p)?,
+            WeightsFile::Pytorch(p) => read_torch(p)?,
+        }
+        .into_iter()
+        .collect();
         let anchor = arch.anchor();
         let prefix = arch
             .prefixes()
@@ -55,7 +45,7 @@ impl Weights {
 
     /// Weights from named tensors (unit tests build small random models).
     #[cfg(test)]
-    pub(crate) fn from_tensors(tensors: HashMap<String, Tensor>) -> Self {
+    pub(crate) fn from_tensors(tensors: HashMap<String, HostTensor>) -> Self {
         Self {
             tensors,
             prefix: String::new(),
@@ -64,7 +54,7 @@ impl Weights {
 
     /// The tensors by full name (unit tests derive models from others).
     #[cfg(test)]
-    pub(crate) fn clone_tensors(&self) -> HashMap<String, Tensor> {
+    pub(crate) fn clone_tensors(&self) -> HashMap<String, HostTensor> {
         self.tensors.clone()
     }
 
@@ -73,8 +63,9 @@ impl Weights {
     }
 
     /// The tensor `name` (without the model prefix) as f32 with the expected shape.
-    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        self.get_full(format!("{}{name}", self.prefix), shape)
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
+        let values = self.vec(name, shape)?;
+        HostTensor::from_f32(shape.to_vec(), &values)
     }
 
     /// Whether the checkpoint has `name` outside the base model (a task head's
@@ -85,13 +76,12 @@ impl Weights {
 
     /// [`Weights::vec`] of a tensor outside the base model, named as written.
     pub fn vec_top(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        Ok(self
-            .get_full(name.to_string(), shape)?
-            .flatten_all()?
-            .to_vec1::<f32>()?)
+        self.get_full(name.to_string(), shape)
     }
 
-    fn get_full(&self, full: String, shape: &[usize]) -> Result<Tensor> {
+    /// The values of tensor `full` (as named in the file), checked to have
+    /// `shape` and finite values.
+    fn get_full(&self, full: String, shape: &[usize]) -> Result<Vec<f32>> {
         let t = self
             .tensors
             .get(&full)
@@ -107,28 +97,27 @@ impl Weights {
                 }
             })
             .ok_or_else(|| EncoderError::Weights(format!("missing tensor {full}")))?;
-        if t.dims() != shape {
+        if t.shape() != shape {
             return Err(EncoderError::Weights(format!(
                 "tensor {full} has shape {:?}, expected {:?}",
-                t.dims(),
+                t.shape(),
                 shape
             )));
         }
-        let t = t.to_dtype(DType::F32)?;
         // A NaN or infinite weight makes every output NaN: refuse it here,
         // naming the tensor, rather than answer NaN vectors.
-        let values = t.flatten_all()?.to_vec1::<f32>()?;
+        let values = t.to_f32();
         if let Some(k) = values.iter().position(|x| !x.is_finite()) {
             return Err(EncoderError::Weights(format!(
                 "tensor {full} holds a non-finite value ({}) at element {k}",
                 values[k]
             )));
         }
-        Ok(t)
+        Ok(values)
     }
 
     /// [`Weights::get`] as host values, row-major.
     pub fn vec(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        Ok(self.get(name, shape)?.flatten_all()?.to_vec1::<f32>()?)
+        self.get_full(format!("{}{name}", self.prefix), shape)
     }
 }

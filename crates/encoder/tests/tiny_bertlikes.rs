@@ -8,8 +8,8 @@
 //! from the fixtures here, load to the same vectors.
 mod common;
 use bertflow_encoder::arch::deberta::relative_bucket;
+use bertflow_encoder::checkpoint::{read_safetensors, to_safetensors_bytes, HostTensor as Tensor};
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
-use candle_core::{Device, Tensor};
 use common::cosine;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -142,8 +142,11 @@ fn every_bertlike_runs_int8_close_to_transformers() {
 
 /// The fixture `name`'s tensors.
 fn tensors(name: &str) -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(format!("{}/model.safetensors", dir(name)), &Device::Cpu)
+    let path = format!("{}/model.safetensors", dir(name));
+    read_safetensors(path.as_ref())
         .unwrap()
+        .into_iter()
+        .collect()
 }
 
 /// A copy of fixture `name` (config and tokenizer) with `tensors` as its
@@ -153,7 +156,8 @@ fn with_tensors(name: &str, tensors: &HashMap<String, Tensor>) -> tempfile::Temp
     for f in ["config.json", "tokenizer.json"] {
         std::fs::copy(format!("{}/{f}", dir(name)), tmp.path().join(f)).unwrap();
     }
-    candle_core::safetensors::save(tensors, tmp.path().join("model.safetensors")).unwrap();
+    let bytes = to_safetensors_bytes(tensors.iter().map(|(k, v)| (k.as_str(), v))).unwrap();
+    std::fs::write(tmp.path().join("model.safetensors"), bytes).unwrap();
     tmp
 }
 
@@ -180,7 +184,7 @@ fn convert(
                 let parts: Vec<Tensor> = names.iter().map(|n| out.remove(n).unwrap()).collect();
                 out.insert(
                     format!("{to}{new}.{suffix}"),
-                    Tensor::cat(&parts, 0).unwrap(),
+                    Tensor::concat_rows(&parts).unwrap(),
                 );
             }
         }

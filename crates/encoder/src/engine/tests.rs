@@ -3,7 +3,7 @@
 //! tested on the tiny checkpoints (tests/tiny_models.rs).
 use super::*;
 use crate::arch::mpnet::relative_position_bucket;
-use candle_core::{Device, Tensor};
+use crate::checkpoint::HostTensor;
 use std::collections::HashMap;
 
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
@@ -61,7 +61,7 @@ fn random_weights(cfg: &ModelConfig) -> Weights {
             shapes.push((format!("{p}.{ln}.bias"), vec![h]));
         }
     }
-    let tensors: HashMap<String, Tensor> = shapes
+    let tensors: HashMap<String, HostTensor> = shapes
         .into_iter()
         .enumerate()
         .map(|(seed, (name, shape))| {
@@ -70,7 +70,7 @@ fn random_weights(cfg: &ModelConfig) -> Weights {
             if name.ends_with("LayerNorm.weight") {
                 v.iter_mut().for_each(|x| *x += 1.0);
             }
-            (name, Tensor::from_vec(v, shape, &Device::Cpu).unwrap())
+            (name, HostTensor::from_f32(shape, &v).unwrap())
         })
         .collect();
     Weights::from_tensors(tensors)
@@ -124,10 +124,10 @@ fn roberta_positions_start_after_the_padding_index() {
     let w = random_weights(&bert);
     let mut shifted = w.clone_tensors();
     let pos = shifted["embeddings.position_embeddings.weight"].clone();
-    let rolled = Tensor::cat(
-        &[pos.narrow(0, 2, 14).unwrap(), pos.narrow(0, 0, 2).unwrap()],
-        0,
-    )
+    let rolled = HostTensor::concat_rows(&[
+        pos.narrow_rows(2, 14).unwrap(),
+        pos.narrow_rows(0, 2).unwrap(),
+    ])
     .unwrap();
     shifted.insert("embeddings.position_embeddings.weight".into(), rolled);
     let b = Model::load(&Weights::from_tensors(shifted), bert, Precision::Fp32).unwrap();

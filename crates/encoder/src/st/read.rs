@@ -1,8 +1,8 @@
 //! Parsing a sentence-transformers directory into an [`StSpec`].
 use super::LayerSource;
 use super::{Dense, Mode, StSpec, Step, LEGACY_MODES};
+use crate::checkpoint::{read_safetensors, read_torch, HostTensor};
 use crate::error::{io_err, EncoderError, Result};
-use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -364,17 +364,13 @@ fn read_dense(dir: &Path, input: Option<usize>) -> Result<Dense> {
         let t = tensors
             .get(name)
             .ok_or_else(|| bad(&wpath, format!("no tensor {name}")))?;
-        if t.dims() != shape {
+        if t.shape() != shape {
             return Err(bad(
                 &wpath,
-                format!("{name} has shape {:?}, expected {shape:?}", t.dims()),
+                format!("{name} has shape {:?}, expected {shape:?}", t.shape()),
             ));
         }
-        let v: Vec<f32> = t
-            .to_dtype(DType::F32)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1())
-            .map_err(|e| bad(&wpath, e.to_string()))?;
+        let v = t.to_f32();
         if v.iter().any(|x| !x.is_finite()) {
             return Err(bad(&wpath, format!("{name} holds non-finite values")));
         }
@@ -395,17 +391,14 @@ fn read_dense(dir: &Path, input: Option<usize>) -> Result<Dense> {
     })
 }
 
-fn read_tensors(dir: &Path) -> Result<(PathBuf, HashMap<String, Tensor>)> {
+fn read_tensors(dir: &Path) -> Result<(PathBuf, HashMap<String, HostTensor>)> {
     let st = dir.join("model.safetensors");
     if st.is_file() {
-        let t = candle_core::safetensors::load(&st, &Device::Cpu)
-            .map_err(|e| bad(&st, e.to_string()))?;
-        return Ok((st, t));
+        return Ok((st.clone(), read_safetensors(&st)?.into_iter().collect()));
     }
     let bin = dir.join("pytorch_model.bin");
     if bin.is_file() {
-        let t = candle_core::pickle::read_all(&bin).map_err(|e| bad(&bin, e.to_string()))?;
-        return Ok((bin, t.into_iter().collect()));
+        return Ok((bin.clone(), read_torch(&bin)?.into_iter().collect()));
     }
     Err(EncoderError::IncompleteModel {
         dir: dir.to_path_buf(),
