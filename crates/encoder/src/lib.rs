@@ -34,6 +34,7 @@ pub mod tokenize;
 pub mod tuning;
 pub mod weighting;
 mod weights;
+mod workers;
 
 pub use arch::Architecture;
 /// The kernels crate, for front ends that show or time the kernels.

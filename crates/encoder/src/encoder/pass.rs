@@ -1,6 +1,7 @@
 //! The encoding pass: sentences (or token ids) through the model, batched and
 //! pooled (split from `encoder.rs`, which loads the model).
 use super::*;
+use crate::workers::run_batches;
 
 impl Encoder {
     /// Encode `texts` with every pooling in `sources` in one pass over the model.
@@ -137,47 +138,22 @@ impl Encoder {
             .iter()
             .map(|&dim| Mutex::new(vec![0f32; n * dim]))
             .collect();
-        let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
-        let first_error: Mutex<Option<EncoderError>> = Mutex::new(None);
-        let worker = || {
-            // This worker's buffers, reused by all its batches.
-            let mut ws = Workspace::new();
-            loop {
-                let b = next.fetch_add(1, Ordering::Relaxed);
-                if b >= batches.len() || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
-                    return;
-                }
+        run_batches(
+            batches.len(),
+            opts.threads,
+            |b, ws| self.run_batch(batches[b], ids, sources, upto, weights, ws),
+            |b, pooled| {
                 let batch = batches[b];
-                match self.run_batch(batch, ids, sources, upto, weights, &mut ws) {
-                    Ok(pooled) => {
-                        for ((out, rows), &dim) in outputs.iter().zip(pooled).zip(&dims) {
-                            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-                            for (k, &i) in batch.iter().enumerate() {
-                                out[i * dim..(i + 1) * dim]
-                                    .copy_from_slice(&rows[k * dim..(k + 1) * dim]);
-                            }
-                        }
-                        progress(done.fetch_add(batch.len(), Ordering::Relaxed) + batch.len());
-                    }
-                    Err(e) => {
-                        let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
-                        slot.get_or_insert(e);
-                        return;
+                for ((out, rows), &dim) in outputs.iter().zip(pooled).zip(&dims) {
+                    let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                    for (k, &i) in batch.iter().enumerate() {
+                        out[i * dim..(i + 1) * dim].copy_from_slice(&rows[k * dim..(k + 1) * dim]);
                     }
                 }
-            }
-        };
-        let threads = opts.threads.clamp(1, batches.len().max(1));
-        std::thread::scope(|s| {
-            for _ in 1..threads {
-                s.spawn(worker);
-            }
-            worker();
-        });
-        if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Err(e);
-        }
+                progress(done.fetch_add(batch.len(), Ordering::Relaxed) + batch.len());
+            },
+        )?;
         let embeddings = outputs
             .into_iter()
             .zip(&dims)

@@ -14,8 +14,8 @@ use crate::error::{EncoderError, Result};
 use crate::precision::Precision;
 use crate::tokenize::{CHARS_PER_TOKEN, CUT_SLACK};
 use crate::tuning::TuneOptions;
+use crate::workers::run_batches;
 use crate::EmbeddingCache;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
@@ -232,40 +232,17 @@ impl CrossEncoder {
             .collect();
         let n_labels = self.labels().len();
         let out = Mutex::new(vec![Vec::new(); toks.len()]);
-        let next = AtomicUsize::new(0);
-        let first_error: Mutex<Option<EncoderError>> = Mutex::new(None);
-        let worker = || {
-            let mut ws = Workspace::new();
-            loop {
-                let b = next.fetch_add(1, Ordering::Relaxed);
-                if b >= batches.len() || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
-                    return;
+        run_batches(
+            batches.len(),
+            opts.threads,
+            |b, ws| self.run_batch(batches[b], &toks, ws),
+            |b, logits| {
+                let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                for (&i, row) in batches[b].iter().zip(logits.chunks_exact(n_labels)) {
+                    out[i] = row.to_vec();
                 }
-                match self.run_batch(batches[b], &toks, &mut ws) {
-                    Ok(logits) => {
-                        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-                        for (&i, row) in batches[b].iter().zip(logits.chunks_exact(n_labels)) {
-                            out[i] = row.to_vec();
-                        }
-                    }
-                    Err(e) => {
-                        let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
-                        slot.get_or_insert(e);
-                        return;
-                    }
-                }
-            }
-        };
-        let threads = opts.threads.clamp(1, batches.len().max(1));
-        std::thread::scope(|s| {
-            for _ in 1..threads {
-                s.spawn(worker);
-            }
-            worker();
-        });
-        if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Err(e);
-        }
+            },
+        )?;
         Ok(out.into_inner().unwrap_or_else(|e| e.into_inner()))
     }
 
