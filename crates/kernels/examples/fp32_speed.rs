@@ -87,7 +87,7 @@ fn main() {
             // SAFETY: x is m x k, w_t is k x n and out is m x n, all row-major and
             // distinct, so every index gemm forms is in bounds and nothing aliases.
             unsafe {
-                gemm::gemm(
+                gemm_f32::gemm::f32::get_gemm_fn()(
                     m,
                     n,
                     k,
@@ -106,7 +106,7 @@ fn main() {
                     false,
                     false,
                     false,
-                    gemm::Parallelism::None,
+                    gemm_common::Parallelism::None,
                 )
             }
         });

@@ -4,7 +4,8 @@
 //! tokens 373 against 534 ns per token and head, at 14 tokens 93 against 79).
 use super::{len_pad, softmax_row, Head, Mask};
 use crate::norm::simd_fn;
-use gemm::Parallelism;
+use gemm_common::Parallelism;
+use gemm_f32::gemm::f32::get_gemm_fn;
 
 simd_fn! {
     /// [`softmax_row`] over the `seq` score rows of `s` (`lp` wide, `len` real keys).
@@ -53,7 +54,7 @@ pub(super) fn head_attention_gemm(
     // `sent`, so no destination aliases an input.
     unsafe {
         // s[i][j] = q_i . k_j for the real keys j < len
-        gemm::gemm(
+        get_gemm_fn()(
             seq,
             len,
             dh,
@@ -79,7 +80,7 @@ pub(super) fn head_attention_gemm(
     // SAFETY: see above.
     unsafe {
         // out[i] = sum_j p[i][j] v_j over the real keys
-        gemm::gemm(
+        get_gemm_fn()(
             seq,
             dh,
             len,
