@@ -5,6 +5,7 @@ mod cmd_analyze;
 mod cmd_bench;
 mod cmd_compare;
 mod cmd_encode;
+mod cmd_encode_retrieval;
 mod cmd_eval;
 mod cmd_export;
 mod cmd_fit;
