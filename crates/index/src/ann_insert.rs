@@ -1,8 +1,9 @@
 //! The parallel insertion of [`crate::CompactAnn::build`]: hnswlib's scheme, a
 //! lock per point guarding its link rows while they are rewritten (a reader
 //! sees each slot whole, as atomics, and a list being rewritten at worst
-//! partly: any row it holds is a real row), and a point above the top layer
-//! holding the graph's entry lock until it is linked.
+//! partly: any row it holds is a real row), a point's own rows all written
+//! before any link back to it (so no search enters a half-linked point), and
+//! a point above the top layer holding the graph's entry lock until it is linked.
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
@@ -75,7 +76,11 @@ impl Shared<'_> {
         for l in (level + 1..=top).rev() {
             at = self.view.greedy(&dist, at, l);
         }
-        let mut links = Vec::new();
+        // First i's own rows, every layer, then the links back to it: another
+        // thread reaches i only through a link back, and by then every row
+        // of i is whole (a search that entered i with its lower rows still
+        // empty was stuck there, and linked its point to i alone).
+        let mut chosen_by_layer = Vec::with_capacity(level.min(top) + 1);
         for l in (0..=level.min(top)).rev() {
             *stamp = stamp.wrapping_add(1);
             if *stamp == 0 {
@@ -93,6 +98,10 @@ impl Shared<'_> {
                 let _own = self.lock(i);
                 self.write(l, i, &chosen);
             }
+            chosen_by_layer.push((l, chosen));
+        }
+        let mut links = Vec::new();
+        for (l, chosen) in chosen_by_layer {
             let cap = if l == 0 { m0 } else { m };
             for &c in &chosen {
                 let _theirs = self.lock(c);

@@ -344,7 +344,15 @@ fn rows_of_one_code_do_not_trap_the_search() {
             for i in (0..400).filter(|i| i % 10 != 3 && i % 7 == 0) {
                 let row = index.vector(i).unwrap().to_vec();
                 let hit = g.search_rescored(&row, 1, 32, 10).unwrap()[0];
-                assert_eq!(hit.0, i, "{name}, {threads} thread(s): row {i}");
+                // The row itself, or a row its code scores as high (the
+                // exact scan over the codes is the judge).
+                let exact = index.search(&row, 1).unwrap()[0];
+                assert!(
+                    hit.0 == i || hit.1 >= exact.1 - 1e-6,
+                    "{name}, {threads} thread(s): row {i} found row {} ({}), the scan {exact:?}",
+                    hit.0,
+                    hit.1
+                );
             }
         }
     }
