@@ -144,6 +144,7 @@ fn splade_at_int8_stays_close() {
             let want = sparse(&c["sparse"]);
             let d = sparse_diff(&out.sparse.as_ref().unwrap()[i], &want, dim);
             let scale = want.values.iter().fold(0f32, |m, &x| m.max(x)) as f64;
+            eprintln!("int8 {name} case {i}: largest difference {d:.4} of {scale:.4}");
             assert!(d < 0.05 * scale, "{name} case {i}: {d} of {scale}");
         }
     }

@@ -18,9 +18,12 @@ use std::path::Path;
 pub const SPARSE_FILE: &str = "sparse_linear.pt";
 pub const COLBERT_FILE: &str = "colbert_linear.pt";
 
+/// A tensor's shape and its values as f32.
+type Tensor = (Vec<usize>, Vec<f32>);
+
 /// The tensors of a `torch.save`d state dict as f32 values with their shape.
 /// The one place that reads `.pt` heads (the reader behind it may change).
-fn read_state_dict(path: &Path) -> Result<HashMap<String, (Vec<usize>, Vec<f32>)>> {
+fn read_state_dict(path: &Path) -> Result<HashMap<String, Tensor>> {
     let bad = |msg: String| EncoderError::BadFile {
         path: path.to_path_buf(),
         msg,

@@ -84,7 +84,7 @@ pub struct Retrieved {
 }
 
 enum SparseHead {
-    Splade(MlmHead, SpladeConfig),
+    Splade(Box<MlmHead>, SpladeConfig),
     TokenWeights(TokenWeights),
 }
 
@@ -120,7 +120,7 @@ impl RetrievalEncoder {
         let h = encoder.dim();
         let sparse = if super::mlm::mlm_class(&encoder.config().raw).is_some() {
             let head = MlmHead::load(&weights, encoder.model())?;
-            Some(SparseHead::Splade(head, splade_config(&encoder)?))
+            Some(SparseHead::Splade(Box::new(head), splade_config(&encoder)?))
         } else if dir.join(bgem3::SPARSE_FILE).is_file() {
             Some(SparseHead::TokenWeights(TokenWeights::load(
                 &dir.join(bgem3::SPARSE_FILE),
