@@ -45,13 +45,10 @@ pub struct EncodeArgs {
     pub prompt: PromptArgs,
     /// Sparse and per-token outputs (`--outputs`, `--multi-vector`, ...).
     #[command(flatten)]
-    pub retrieval: crate::cmd_encode_retrieval::RetrievalArgs,
+    pub retrieval: crate::args::RetrievalArgs,
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {
-    if let Some(outputs) = a.retrieval.outputs(a.vectors.pooling.as_ref())? {
-        return crate::cmd_encode_retrieval::run(a, outputs);
-    }
     // The output's format first: a wrong extension costs nothing.
     match &a.quantize {
         Some(q) => quantize::check_codes_output(&a.output, q.kind.name())?,
