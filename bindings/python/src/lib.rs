@@ -17,6 +17,7 @@ mod index;
 mod moments;
 mod quantize;
 mod rerank;
+mod retrieval;
 mod rules;
 mod sts;
 mod vectors;
@@ -34,6 +35,7 @@ fn _bertflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sts::register(m)?;
     export::register(m)?;
     rerank::register(m)?;
+    retrieval::register(m)?;
     index::register(m)?;
     vectors::register(m)?;
     Ok(())

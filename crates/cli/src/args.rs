@@ -1,5 +1,7 @@
 //! Options shared by several subcommands.
-use anyhow::Result;
+use anyhow::{bail, Result};
+use bertflow_core::encoder::head::Outputs;
+use bertflow_core::Pooling;
 use bertflow_core::{Embedder, EmbedderConfig, Pipeline, PipelineConfig};
 use clap::Args;
 use std::path::PathBuf;
@@ -54,4 +56,69 @@ pub type VectorArgs = PipelineConfig;
 /// weights), with progress on the terminal.
 pub fn open_pipeline(v: &VectorArgs) -> Result<Pipeline> {
     Ok(v.open(crate::progress::handle())?)
+}
+
+/// `encode`'s sparse and per-token outputs (`--outputs`, `--multi-vector`, ...):
+/// run by `cmd_encode_retrieval` instead of the dense pipeline.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RetrievalArgs {
+    /// Retrieval outputs of one forward pass, comma-separated: dense (the first token,
+    /// normalised: BGE-M3's dense), sparse (SPLADE of a *ForMaskedLM checkpoint, or
+    /// BGE-M3's sparse_linear.pt), multi (per-token vectors, through colbert_linear.pt
+    /// when the model has one, normalised). One output: the file's format follows its
+    /// extension (.npz or .jsonl for sparse, .safetensors or .jsonl for multi); several:
+    /// a .jsonl with every output per line, or a directory (dense.npy, sparse.npz,
+    /// multi.safetensors).
+    #[arg(long, value_name = "LIST")]
+    pub outputs: Option<String>,
+    /// Per-token vectors (ColBERT-style), as --outputs multi.
+    #[arg(long, conflicts_with = "outputs")]
+    pub multi_vector: bool,
+    /// Keep only the K largest entries of each sparse vector.
+    #[arg(long, value_name = "K")]
+    pub max_active_dims: Option<usize>,
+    /// Name the K largest entries of each sparse vector (a "tokens" field of .jsonl
+    /// output: [token, weight] pairs, largest first, as SparseEncoder.decode).
+    #[arg(long, value_name = "K")]
+    pub decode: Option<usize>,
+    /// Encode queries: cut to, then pad with the mask token to, this many tokens (ColBERT
+    /// query augmentation).
+    #[arg(long, value_name = "TOKENS")]
+    pub query_length: Option<usize>,
+    /// Drop the first token's vector of per-token outputs [default: true with
+    /// colbert_linear.pt (BGE-M3), else false].
+    #[arg(long, value_name = "BOOL")]
+    pub skip_first: Option<bool>,
+}
+
+impl RetrievalArgs {
+    /// The outputs asked for by these flags and `pooling` (`splade`: sparse),
+    /// or `None` for the dense pipeline.
+    pub fn outputs(&self, pooling: Option<&Pooling>) -> Result<Option<Outputs>> {
+        let splade = pooling.is_some_and(Pooling::is_sparse);
+        let mut o = match (&self.outputs, self.multi_vector) {
+            (Some(list), _) => Outputs::parse(list).map_err(anyhow::Error::msg)?,
+            (None, true) => Outputs {
+                multi: true,
+                ..Outputs::default()
+            },
+            (None, false) => Outputs::default(),
+        };
+        o.sparse |= splade;
+        if o == Outputs::default() {
+            let sparse_flags = self.max_active_dims.is_some() || self.decode.is_some();
+            let multi_flags = self.query_length.is_some() || self.skip_first.is_some();
+            if sparse_flags || multi_flags {
+                bail!(
+                    "--max-active-dims, --decode, --query-length and --skip-first apply to sparse \
+                     or per-token outputs: add --pooling splade, --outputs or --multi-vector"
+                );
+            }
+            return Ok(None);
+        }
+        if pooling.is_some_and(|p| !p.is_sparse()) {
+            bail!("--pooling {} makes dense vectors; --outputs and --multi-vector choose the retrieval outputs instead (drop --pooling, or give --pooling splade)", pooling.map(|p| p.to_string()).unwrap_or_default());
+        }
+        Ok(Some(o))
+    }
 }

@@ -43,6 +43,9 @@ pub struct EncodeArgs {
     pub weighting: WeightingArgs,
     #[command(flatten)]
     pub prompt: PromptArgs,
+    /// Sparse and per-token outputs (`--outputs`, `--multi-vector`, ...).
+    #[command(flatten)]
+    pub retrieval: crate::args::RetrievalArgs,
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {

@@ -1,4 +1,5 @@
-//! `bertflow rerank`: texts ranked by a reranker (cross-encoder) against a query.
+//! `bertflow rerank`: texts ranked by a reranker (cross-encoder) against a query,
+//! or by late interaction (MaxSim) of an embedding model's per-token vectors.
 use anyhow::{bail, Result};
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_core::rerank::ranked;
@@ -36,6 +37,14 @@ pub struct RerankArgs {
     /// in the input, from 0).
     #[arg(long)]
     pub json: bool,
+    /// Score by late interaction (ColBERT's MaxSim of per-token vectors) with an
+    /// embedding model instead of a cross-encoder: BGE-M3's colbert_linear.pt when
+    /// the model has one, else its normalised last hidden states.
+    #[arg(long)]
+    pub late_interaction: bool,
+    /// With --late-interaction: pad the query with the mask token to this many tokens.
+    #[arg(long, value_name = "TOKENS", requires = "late_interaction")]
+    pub query_length: Option<usize>,
 }
 
 /// One line of `--json`: TEI's `/rerank` object (the score as f32 prints).
@@ -57,9 +66,13 @@ pub fn run(a: RerankArgs) -> Result<()> {
     if a.top_k == Some(0) {
         bail!("--top-k must be at least 1");
     }
-    let reranker = a.reranker.open(crate::progress::handle())?;
-    let truncate = bertflow_core::defaults::RERANK_TRUNCATE && !a.no_truncate;
-    let scores = reranker.rerank(&a.query, &texts, a.raw_scores, truncate)?;
+    let scores = if a.late_interaction {
+        late_interaction(&a, &texts)?
+    } else {
+        let reranker = a.reranker.open(crate::progress::handle())?;
+        let truncate = bertflow_core::defaults::RERANK_TRUNCATE && !a.no_truncate;
+        reranker.rerank(&a.query, &texts, a.raw_scores, truncate)?
+    };
     let ranks = ranked(&scores);
     let shown = &ranks[..a.top_k.unwrap_or(ranks.len()).min(ranks.len())];
     let mut out = std::io::stdout().lock();
@@ -83,4 +96,24 @@ pub fn run(a: RerankArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// MaxSim scores of `texts` against the query by an embedding model's
+/// per-token vectors (core's [`bertflow_core::retrieval`]).
+fn late_interaction(a: &RerankArgs, texts: &[String]) -> Result<Vec<f32>> {
+    if a.raw_scores || a.no_truncate {
+        bail!("--raw-scores and --no-truncate apply to cross-encoders, not --late-interaction");
+    }
+    let r = &a.reranker;
+    let cfg = bertflow_core::EmbedderConfig {
+        model: r.model.clone(),
+        max_len: r.max_len,
+        batch_size: r.batch_size,
+        threads: r.threads,
+        cache_dir: r.cache_dir.clone(),
+        precision: r.precision,
+        ..bertflow_core::EmbedderConfig::default()
+    };
+    let retriever = bertflow_core::Retriever::open(&cfg, crate::progress::handle())?;
+    Ok(retriever.late_interaction(&a.query, texts, a.query_length, None)?)
 }

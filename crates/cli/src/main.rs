@@ -5,6 +5,7 @@ mod cmd_analyze;
 mod cmd_bench;
 mod cmd_compare;
 mod cmd_encode;
+mod cmd_encode_retrieval;
 mod cmd_eval;
 mod cmd_export;
 mod cmd_fit;
@@ -143,7 +144,11 @@ fn main() {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     progress::set_quiet(cli.quiet);
     let result = match cli.command {
-        Command::Encode(a) => cmd_encode::run(a),
+        Command::Encode(a) => match a.retrieval.outputs(a.vectors.pooling.as_ref()) {
+            Ok(Some(outputs)) => cmd_encode_retrieval::run(a, outputs),
+            Ok(None) => cmd_encode::run(a),
+            Err(e) => Err(e),
+        },
         Command::Eval(a) => cmd_eval::run(a),
         Command::Fit(a) => cmd_fit::run(a),
         Command::Transform(a) => cmd_transform::run(a),

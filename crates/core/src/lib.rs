@@ -19,6 +19,9 @@
 //! - [`analyze`] and [`report`]: the analyses of the embedding space and the HTML report;
 //! - `indexing` (feature `index`): persistent search indexes (`index build|add|ann`)
 //!   for `serve --index`;
+//! - [`retrieval`]: sparse (SPLADE, BGE-M3) and multi-vector (ColBERT-style)
+//!   outputs, MaxSim late interaction ([`retrieval::Retriever`]), with their
+//!   files in [`sparse_io`];
 //! - [`rerank`]: rerankers (cross-encoders) scoring a query against texts
 //!   ([`RerankerConfig`], [`Reranker`]);
 //! - [`io`]: sentences in, embeddings out (`.npy`, `.jsonl`, `.safetensors`);
@@ -38,7 +41,7 @@ pub use experiments::{analyze, bench, compare, evaluate, grid, report};
 pub use runtime::indexing;
 pub use runtime::{
     calibration, defaults, embedder, export, fitting, io, matrix_file, parse, pipeline, progress,
-    prompt, quantize, rerank, st_pipeline, tokens, vector_input, weighting,
+    prompt, quantize, rerank, retrieval, sparse_io, st_pipeline, tokens, vector_input, weighting,
 };
 
 // Core is the only door: front ends (the CLI, the server, the Python
@@ -65,6 +68,7 @@ pub use pipeline::{Pipeline, PipelineConfig, PipelineInfo};
 pub use progress::{Bar, Progress, SharedProgress, Silent};
 pub use prompt::{Prompt, PromptConfig};
 pub use rerank::{Reranker, RerankerConfig};
+pub use retrieval::{Retriever, SparseVector};
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename): every
 /// output file of bertflow goes through this or [`bertflow_durable::AtomicFile`],

@@ -23,7 +23,7 @@ pub enum EncoderError {
     Tokenizer(String),
     #[error(
         "unknown pooling '{0}'; valid: cls, last-token, pooler, last-avg, first-last-avg, emb-last-avg, \
-         last2-avg, emb-avg, layers:i,j,..., st (see `bertflow poolings`)"
+         last2-avg, emb-avg, layers:i,j,..., st, splade (see `bertflow poolings`)"
     )]
     UnknownPooling(String),
     #[error("layer {layer} is out of range: this model has hidden states 0..={max} (0 = embedding output, {max} = last transformer layer)")]

@@ -14,7 +14,8 @@
 //! - [`tuning`]: the fp32 and int8 kernels, chosen by measurement once per CPU
 //!   (cached in `kernels.json`), by the environment, or by rule.
 //! - [`weighting`]: per-token weights (SIF, uSIF) for the averaging poolings.
-//! - [`head`]: sequence-classification heads (cross-encoders, rerankers).
+//! - [`head`]: sequence-classification heads (cross-encoders, rerankers) and the
+//!   retrieval heads (SPLADE, BGE-M3's sparse and ColBERT heads, per-token vectors).
 //! - [`st`]: the `st` pooling, a sentence-transformers directory's own pipeline.
 pub mod arch;
 pub mod cache;
@@ -43,7 +44,7 @@ pub use cache::{CachedEntry, EmbeddingCache};
 pub use encoder::{EncodeOptions, Encoded, Encoder};
 pub use error::{EncoderError, Result};
 pub use files::ModelFiles;
-pub use head::CrossEncoder;
+pub use head::{CrossEncoder, RetrievalEncoder, SparseVector};
 pub use pooling::{PoolSource, Pooling, POOLINGS};
 pub use precision::Precision;
 pub use tuning::{KernelChoice, TuneOptions};

@@ -18,6 +18,10 @@
 //! | `emb-avg`        | 0             | non-contextual baseline, like averaged GloVe |
 //! | `layers:i,j,...` | i, j, ...     | any set |
 //! | `st`             | the directory's own pipeline | `SentenceTransformer(dir).encode` (see [`crate::st`]) |
+//! | `splade`         | the masked-LM head's logits, `max_t log(1 + relu(x))` | a sparse vector: `SparseEncoder.encode`, TEI's `--pooling splade` (see [`crate::head::RetrievalEncoder`]) |
+//!
+//! `splade` makes sparse vectors, not dense ones: [`Pooling::source`] refuses
+//! it (the dense paths, calibrators included, never see it).
 use crate::error::{EncoderError, Result};
 use crate::st::StHead;
 pub use crate::token_mean::masked_mean;
@@ -42,6 +46,16 @@ pub enum Pooling {
     /// A sentence-transformers directory's own pipeline (`modules.json`):
     /// resolved by [`crate::Encoder::source`], not by [`Pooling::source`].
     St,
+    /// SPLADE on a `*ForMaskedLM` checkpoint: sparse vectors, computed by
+    /// [`crate::head::RetrievalEncoder`]; [`Pooling::source`] refuses it.
+    Splade,
+}
+
+impl Pooling {
+    /// Whether the pooling makes sparse vectors (`splade`).
+    pub fn is_sparse(&self) -> bool {
+        *self == Pooling::Splade
+    }
 }
 
 /// What a pooling reads from the forward pass, for a model with `n` layers.
@@ -94,6 +108,10 @@ pub const POOLINGS: &[(&str, &str)] = &[
         "st",
         "a sentence-transformers directory's own pipeline (modules.json: Pooling, Dense, Normalize, bertflow's module): SentenceTransformer(dir).encode",
     ),
+    (
+        "splade",
+        "sparse: max over tokens of log(1 + relu(masked-LM logits)) (*ForMaskedLM checkpoints; encode only)",
+    ),
 ];
 
 impl Pooling {
@@ -119,6 +137,12 @@ impl Pooling {
             Pooling::Layers(v) => check(v.clone()),
             Pooling::St => Err(EncoderError::Unsupported(
                 "pooling 'st' is resolved from the model directory (Encoder::source)".into(),
+            )),
+            Pooling::Splade => Err(EncoderError::Unsupported(
+                "pooling 'splade' makes sparse vectors: `bertflow encode` and Python's \
+                 encode_sparse compute them; dense vectors, calibrators, evaluation and \
+                 the index take a dense pooling"
+                    .into(),
             )),
         }
     }
@@ -174,6 +198,7 @@ impl FromStr for Pooling {
             "last2-avg" => Pooling::Last2Avg,
             "emb-avg" => Pooling::EmbAvg,
             "st" => Pooling::St,
+            "splade" => Pooling::Splade,
             _ => {
                 let list = t
                     .strip_prefix("layers:")
@@ -204,6 +229,7 @@ impl fmt::Display for Pooling {
             Pooling::Last2Avg => f.write_str("last2-avg"),
             Pooling::EmbAvg => f.write_str("emb-avg"),
             Pooling::St => f.write_str("st"),
+            Pooling::Splade => f.write_str("splade"),
             Pooling::Layers(v) => write!(
                 f,
                 "layers:{}",

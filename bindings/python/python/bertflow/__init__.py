@@ -6,7 +6,8 @@ Encode sentences with :class:`Encoder`, calibrate any embeddings with
 shared with the ``bertflow`` command), ask :func:`advise` whether to calibrate,
 accumulate mergeable statistics with :class:`MomentStats`, evaluate any
 embedding function on the seven STS benchmarks with :func:`bertflow.sts.evaluate`,
-and rank texts against a query with a cross-encoder, :class:`Reranker`.
+rank texts against a query with a cross-encoder, :class:`Reranker`, and make
+sparse (SPLADE, BGE-M3) and per-token vectors with :class:`SparseEncoder`.
 
 Quick start::
 
@@ -48,6 +49,7 @@ from ._moments import MomentStats  # noqa: E402
 from ._quantize import Quantizer, hamming_similarity, int8_dot  # noqa: E402
 from ._bertflow import Reranker, is_reranker  # noqa: E402
 from ._bertflow import Index, read_vectors  # noqa: E402
+from ._sparse import SparseEncoder, decode_sparse, maxsim  # noqa: E402
 from . import sts  # noqa: E402
 from . import st  # noqa: E402
 
@@ -78,6 +80,9 @@ __all__ = [
     "int8_dot",
     "Reranker",
     "is_reranker",
+    "SparseEncoder",
+    "decode_sparse",
+    "maxsim",
     "Index",
     "read_vectors",
     "CalibratorFileError",

@@ -136,6 +136,44 @@ class Reranker:
     def precision(self) -> str: ...
 
 def is_reranker(model: _Path) -> bool: ...
+
+class SparseEncoder:
+    def __init__(
+        self,
+        model: _Path,
+        max_len: Optional[int] = None,
+        threads: Optional[int] = None,
+        batch_size: int = 32,
+        precision: Optional[str] = None,
+        cache_dir: Optional[_Path] = None,
+    ) -> None: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def sparse_kind(self) -> Optional[str]: ...
+    def encode(self, texts: Iterable[str], max_active_dims: Optional[int] = None) -> Any: ...
+    def encode_multi(
+        self,
+        texts: Iterable[str],
+        skip_first: Optional[bool] = None,
+        query_length: Optional[int] = None,
+    ) -> list[_F32]: ...
+    def encode_all(
+        self,
+        texts: Iterable[str],
+        outputs: str = "dense,sparse,multi",
+        max_active_dims: Optional[int] = None,
+        skip_first: Optional[bool] = None,
+        query_length: Optional[int] = None,
+    ) -> dict[str, Any]: ...
+    def decode(self, embeddings: Any, top_k: Optional[int] = None) -> list[Any]: ...
+    def rerank(
+        self, query: str, texts: Iterable[str], query_length: Optional[int] = None
+    ) -> list[dict[str, Any]]: ...
+
+def decode_sparse(encoder: SparseEncoder, embeddings: Any, top_k: Optional[int] = None) -> list[Any]: ...
+def maxsim(query: _Matrix, doc: _Matrix) -> float: ...
+
 def read_vectors(
     path: _Path, text_column: Optional[str] = "text", vector_column: str = "embedding"
 ) -> Tuple[Any, Optional[list[str]]]: ...

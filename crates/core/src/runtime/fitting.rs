@@ -57,6 +57,7 @@ pub(crate) fn fit_embeddings_keep(
     keep: bool,
 ) -> Result<(FitOutcome, Option<Array2<f32>>)> {
     check_sample(cfg.sample)?;
+    crate::runtime::retrieval::refuse_non_dense_file(&cfg.input)?;
     let mut kept = None;
     let mut reader = open_vectors(&cfg.input)?;
     let (rows, cols) = (reader.rows(), reader.cols());
@@ -139,6 +140,7 @@ pub(crate) fn fit_sentences_keep(
     keep: bool,
 ) -> Result<(FitOutcome, Option<Array2<f32>>)> {
     check_sample(sample)?;
+    crate::runtime::retrieval::refuse_sparse_pooling(pooling)?;
     let mut kept = None;
     if sentences.is_empty() {
         bail!("the fit corpus is empty");

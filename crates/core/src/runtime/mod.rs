@@ -16,6 +16,8 @@ pub mod progress;
 pub mod prompt;
 pub mod quantize;
 pub mod rerank;
+pub mod retrieval;
+pub mod sparse_io;
 pub mod st_pipeline;
 pub mod tokens;
 pub mod vector_input;

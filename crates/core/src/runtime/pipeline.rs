@@ -75,6 +75,9 @@ impl PipelineConfig {
         progress: SharedProgress,
     ) -> Result<Pipeline> {
         crate::runtime::rerank::refuse_reranker(&self.model.model)?;
+        if let (Some(p), Some(_)) = (&self.pooling, &calibrator) {
+            crate::runtime::retrieval::refuse_sparse_pooling(p)?;
+        }
         let embedder = self.model.load(progress)?;
         let pooling = resolve_pooling(
             &embedder.encoder,

@@ -16,6 +16,10 @@
 //!   `pooler_hidden_act` (GELU) on `[CLS]`, then `classifier`.
 //!
 //! [`CrossEncoder`] loads such a checkpoint and scores texts and text pairs.
+//!
+//! Retrieval heads: [`RetrievalEncoder`] gives a dense, a sparse ([`SparseVector`]:
+//! SPLADE on a `*ForMaskedLM` head, [`mlm`], or BGE-M3's token weights, [`bgem3`])
+//! and per-token (multi-vector) outputs from one forward pass.
 use crate::arch::Architecture;
 use crate::config::ModelConfig;
 use crate::error::{EncoderError, Result};
@@ -23,8 +27,15 @@ use crate::weights::Weights;
 use bertflow_kernels::{gelu_erf, layer_norm};
 use serde_json::Value;
 
+pub mod bgem3;
 mod cross;
+pub mod mlm;
+mod retrieval;
+mod sparse;
 pub use cross::{CrossEncoder, PairTokens, Truncation};
+pub use mlm::{mlm_class, SpladeConfig, MLM_HEADS};
+pub use retrieval::{Outputs, RetrievalEncoder, RetrievalOptions, Retrieved};
+pub use sparse::SparseVector;
 
 /// The `*ForSequenceClassification` classes whose heads bertflow runs.
 pub const SUPPORTED_HEADS: &[&str] = &[
