@@ -22,24 +22,12 @@ pub const COLBERT_FILE: &str = "colbert_linear.pt";
 type Tensor = (Vec<usize>, Vec<f32>);
 
 /// The tensors of a `torch.save`d state dict as f32 values with their shape.
-/// The one place that reads `.pt` heads (the reader behind it may change).
+/// The one place that reads `.pt` heads.
 fn read_state_dict(path: &Path) -> Result<HashMap<String, Tensor>> {
-    let bad = |msg: String| EncoderError::BadFile {
-        path: path.to_path_buf(),
-        msg,
-    };
-    let tensors = candle_core::pickle::read_all(path).map_err(|e| bad(e.to_string()))?;
-    let mut out = HashMap::new();
-    for (name, t) in tensors {
-        let dims = t.dims().to_vec();
-        let values = t
-            .to_dtype(candle_core::DType::F32)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| bad(format!("tensor {name}: {e}")))?;
-        out.insert(name, (dims, values));
-    }
-    Ok(out)
+    Ok(crate::checkpoint::read_torch_state_dict(path)?
+        .into_iter()
+        .map(|(name, dims, values)| (name, (dims, values)))
+        .collect())
 }
 
 /// `weight` `[d_out, d_in]` and `bias` `[d_out]` of the state dict at `path`
