@@ -45,7 +45,7 @@ impl MatrixReader {
     /// tried as `.npy`) and reads its header.
     pub fn open(path: &Path) -> Result<Self> {
         // A regular file only (a FIFO or a device is refused, without blocking).
-        let (mut file, len) = crate::io::open_regular_file(path, "vector file")?;
+        let (mut file, len) = crate::runtime::regular::open_regular_file(path, "vector file")?;
         let is_st = path.extension().is_some_and(|e| e == "safetensors");
         let (rows, cols, dtype, data_offset) = if is_st {
             safetensors_header(&mut file, path)?

@@ -15,6 +15,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod prompt;
 pub mod quantize;
+pub mod regular;
 pub mod rerank;
 pub mod retrieval;
 pub mod sparse_io;

@@ -133,7 +133,7 @@ pub fn keep_calibrator(index: &Path, calibrator: Option<&Path>) -> Result<()> {
     let side = calibrator_sidecar(index);
     match calibrator {
         Some(c) => {
-            let bytes = crate::io::read_regular_file(
+            let bytes = crate::runtime::regular::read_regular_file(
                 c,
                 bertflow_index::MAX_CALIBRATOR_BYTES,
                 "calibrator file",
