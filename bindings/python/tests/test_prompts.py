@@ -61,7 +61,7 @@ def test_errors(enc):
 def test_a_calibrator_records_the_encoders_prompt(tmp_path):
     enc = bertflow.Encoder(str(DIR), pooling="last-avg", cache=False)
     corpus = [f"{w} and {t}" for t in TEXTS for w in ("the dog", "a cat", "a man", "someone")]
-    cal = bertflow.Calibrator("sn").fit(enc.encode(corpus), source=enc)
+    cal = bertflow.calibrator("sn").fit(enc.encode(corpus), source=enc)
     path = tmp_path / "sn.safetensors"
     cal.save(path)
     assert cal._fitted().prompt == "someone is playing "
