@@ -15,12 +15,15 @@ openai = pytest.importorskip("openai")
 
 @pytest.fixture(scope="module")
 def coded(tmp_path_factory, run_cli, model_dir):
-    """A pca:k=16 calibrator ending in ubinary codes, with what `encode` writes."""
+    """A pca:k=16 calibrator ending in ubinary codes, with what `encode` writes.
+
+    `itq=false`: after `pca` the bits default to an ITQ rotation, whose codes are
+    the signs of the rotated vectors, not of the served floats (test_itq_codes_match_encode)."""
     d = tmp_path_factory.mktemp("codes")
     (d / "in.txt").write_text("\n".join(SENTENCES) + "\n")
     cal = d / "pca.safetensors"
     run_cli("fit", "--model", model_dir, "--no-cache", "--kind", "pca:k=16",
-            "--quantize", "ubinary", "--on", d / "in.txt", "--output", cal)
+            "--quantize", "ubinary:itq=false", "--on", d / "in.txt", "--output", cal)
     codes = d / "codes.npy"
     run_cli("encode", "--model", model_dir, "--no-cache", "--calibrator", cal,
             "--input", d / "in.txt", "--output", codes)
@@ -50,3 +53,20 @@ def test_openai_client_floats_and_codes(server, coded):
     np.testing.assert_array_equal(np.array([d.embedding for d in codes.data]), want)
     with pytest.raises(openai.UnprocessableEntityError, match="binary or ubinary"):
         client.embeddings.create(input=SENTENCES, model="m", encoding_format="int8")
+
+
+def test_itq_codes_match_encode(tmp_path, run_cli, bertflow_bin, model_dir):
+    """With the default ITQ rotation after pca, the served codes are still exactly
+    the bytes `encode` writes (the floats stay unrotated: a rotation keeps cosines)."""
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    cal = tmp_path / "itq.safetensors"
+    run_cli("fit", "--model", model_dir, "--no-cache", "--kind", "pca:k=16",
+            "--quantize", "ubinary", "--on", tmp_path / "in.txt", "--output", cal)
+    run_cli("encode", "--model", model_dir, "--no-cache", "--calibrator", cal,
+            "--input", tmp_path / "in.txt", "--output", tmp_path / "codes.npy")
+    want = np.load(tmp_path / "codes.npy")
+    with served(bertflow_bin, "--model", model_dir, "--calibrator", cal, "--host", "127.0.0.1",
+                "--workers", "2") as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+        codes = client.embeddings.create(input=SENTENCES, model="m", encoding_format="ubinary")
+    np.testing.assert_array_equal(np.array([d.embedding for d in codes.data]), want)
