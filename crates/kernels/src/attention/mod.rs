@@ -15,11 +15,17 @@
 //! elsewhere in portable code (`context.rs`); both do the same multiply-adds in
 //! the same order, so every CPU gets the same bits.
 //!
+//! Sentences longer than [`LONG`] tokens take the tiled path ([`long`]): queries
+//! in tiles, keys in blocks, an online softmax across the blocks, so at most one
+//! tile of scores (256 KB) is held per call whatever the length, and the memory
+//! of a forward pass grows linearly with its input.
+//!
 //! [`AttnOpts`] adds what some architectures need on top: an additive score bias
 //! shared by every sentence of the batch (MPNet's relative position bias, one
-//! `seq x seq` block per head) and a symmetric sliding window (ModernBERT's local
-//! layers: query `i` sees only the keys `j` with `|i - j| <= window / 2`), and
-//! a causal mask (decoder models: query `i` sees only the keys `j <= i`).
+//! `seq x seq` block per head, made by the caller), a symmetric sliding window
+//! (ModernBERT's local layers: query `i` sees only the keys `j` with
+//! `|i - j| <= window / 2`) and a causal mask (decoders: query `i` sees the keys
+//! `j <= i`). The masks combine: a key is seen when every one of them lets it.
 use crate::act::exp_neg;
 use crate::norm::{shape_err, simd_fn, ShapeError};
 
@@ -49,21 +55,47 @@ pub struct AttnOpts<'a> {
     /// A query with no real key in its window (a padded row far past the end)
     /// gets a zero context.
     pub window: Option<usize>,
-    /// Causal mask: query `i` attends to the keys `j <= i` only (decoder
-    /// models such as Qwen3); with `window` both apply.
+    /// Causal (decoder) attention: query `i` attends to the keys `j <= i` only.
+    /// Real tokens come first in each sentence (right padding), as everywhere in
+    /// this API; padded queries past the end see every real key.
     pub causal: bool,
 }
 
-/// Which keys a query sees: [`AttnOpts::window`] and [`AttnOpts::causal`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Mask {
-    pub(crate) window: Option<usize>,
-    pub(crate) causal: bool,
+/// Which keys each query of one sentence sees: `keys(i)` is the range `lo..hi`
+/// of the real keys query `i` attends to (empty when it sees none).
+#[derive(Clone, Copy, Debug)]
+struct Mask {
+    seq: usize,
+    len: usize,
+    /// `window / 2`, or `usize::MAX` without a window.
+    half: usize,
+    causal: bool,
+}
+
+impl Mask {
+    fn new(seq: usize, len: usize, opts: &AttnOpts) -> Self {
+        Mask {
+            seq,
+            len,
+            half: opts.window.map_or(usize::MAX, |w| w / 2),
+            causal: opts.causal,
+        }
+    }
+
+    #[inline(always)]
+    fn keys(&self, i: usize) -> (usize, usize) {
+        let lo = i.saturating_sub(self.half);
+        let mut hi = self.len.min(i.saturating_add(self.half).saturating_add(1));
+        if self.causal {
+            hi = hi.min(i + 1);
+        }
+        (lo, hi)
+    }
 }
 
 /// Self-attention of a padded batch (see the module doc). `lens[r]` is the real
-/// length of sentence `r`, in `1..=seq`. `scores` is scratch (grown to
-/// `seq * seq`).
+/// length of sentence `r`, in `1..=seq`. `scores` is scratch, grown to at most
+/// one tile of scores (128 x 512 values) whatever `seq`.
 pub fn attention(
     qkv: &[f32],
     lens: &[usize],
@@ -120,12 +152,13 @@ pub fn attention(
     for (r, &len) in lens.iter().enumerate() {
         let sent = &qkv[r * seq * stride..(r + 1) * seq * stride];
         let out = &mut ctx[r * seq * h..(r + 1) * seq * h];
+        let mask = Mask::new(seq, len, &opts);
         for head in 0..shape.heads {
             let bias = opts
                 .bias
                 .map(|b| &b[head * seq * seq..(head + 1) * seq * seq]);
             let run = if seq > LONG {
-                long::head_attention_gemm
+                long::head_attention_tiled
             } else {
                 head_attention
             };
@@ -140,11 +173,8 @@ pub fn attention(
                     seq,
                     len,
                 },
+                mask,
                 bias,
-                Mask {
-                    window: opts.window,
-                    causal: opts.causal,
-                },
                 &mut out[head * dh..],
                 h,
                 scores,
@@ -154,7 +184,8 @@ pub fn attention(
     Ok(())
 }
 
-/// Sentences longer than this (padded length) go through gemm ([`long`]).
+/// Sentences longer than this (padded length) go through gemm in tiles
+/// ([`long`]).
 const LONG: usize = 64;
 
 /// Keys per score chunk of the long path ([`long`]): its score rows are padded to
@@ -170,11 +201,11 @@ fn len_pad(len: usize) -> usize {
 }
 
 /// Scratch values [`attention`] needs for one head of `seq` tokens of `dh` values:
-/// [`head_attention`]'s transposed queries and score columns, or [`long`]'s
-/// score rows.
+/// [`head_attention`]'s transposed queries and score columns, or one tile of
+/// [`long`]'s score rows.
 fn scratch_len(seq: usize, dh: usize) -> usize {
     if seq > LONG {
-        seq * len_pad(seq)
+        long::tile_len(seq)
     } else {
         (dh + seq) * QL
     }
@@ -222,8 +253,8 @@ simd_fn! {
     fn head_attention(
         sent: &[f32],
         hd: Head,
-        bias: Option<&[f32]>,
         mask: Mask,
+        bias: Option<&[f32]>,
         out: &mut [f32],
         out_stride: usize,
         scratch: &mut [f32],
@@ -236,7 +267,7 @@ simd_fn! {
             #[cfg(target_arch = "x86_64")]
             if wide {
                 // SAFETY: `wide` means AVX512F (and with it FMA) was detected.
-                unsafe { avx512::block(sent, hd, i0, bias, mask, qt, e, (&mut *out, out_stride)) };
+                unsafe { avx512::block(sent, hd, i0, (mask, bias), qt, e, (&mut *out, out_stride)) };
                 continue;
             }
             let rows = (seq - i0).min(QL);
@@ -300,8 +331,8 @@ fn scores(sent: &[f32], hd: Head, qt: &[f32], e: &mut [f32]) {
 /// The softmax of each lane (query `i0 + l`) down the score rows `e` (one row of
 /// 16 lanes per real key), in place without the division: `e[j][l]` becomes
 /// `exp(s_jl - max_l)`, or 0 where key `j` is hidden from query `i0 + l` (the
-/// window; `bias`, `[seq, seq]` (query, key), added first). Returns each lane's
-/// 1 / sum (0 for a query that sees no key).
+/// window, the causal mask; `bias`, `[seq, seq]` (query, key), added first).
+/// Returns each lane's 1 / sum (0 for a query that sees no key).
 #[inline(always)]
 fn softmax_lanes(
     e: &mut [f32],
@@ -318,14 +349,15 @@ fn softmax_lanes(
             }
         }
     }
-    // Lane positions as i32 (64-bit compares do not fill a 16-lane register).
-    let half = mask
-        .window
-        .map_or(i32::MAX, |w| (w / 2).min(i32::MAX as usize) as i32);
-    // Causal: keys at most 0 after the query; else any distance.
-    let ahead = if mask.causal { 0 } else { i32::MAX };
+    // Lane positions as i32 (64-bit compares do not fill a 16-lane register):
+    // key j is seen by query i when -ahead <= i - j <= half.
+    let half = mask.half.min(i32::MAX as usize) as i32;
+    let ahead = if mask.causal { 0 } else { half };
     let qi: [i32; QL] = std::array::from_fn(|l| (i0 + l) as i32);
-    let seen = |i: i32, j: usize| (i - j as i32).abs() <= half && j as i32 - i <= ahead;
+    let seen = |i: i32, j: usize| {
+        let d = i - j as i32;
+        d <= half && d >= -ahead
+    };
     let mut m = [f32::NEG_INFINITY; QL];
     for (j, row) in e.chunks_exact(QL).enumerate() {
         for ((m, &x), &i) in m.iter_mut().zip(row).zip(&qi) {
@@ -362,72 +394,6 @@ fn transpose_rows(
             *x = row[d];
         }
     }
-}
-
-/// Softmax of one score row (query `i`) in place: `row` holds `len_pad(len)`
-/// scores, of which the first `len` are the real keys; `bias` (`len` values) is
-/// added first. With a window only the keys `j` with `|i - j| <= window / 2` keep
-/// a probability; every other entry of the row gets 0 (all 0 when no key is
-/// left).
-#[inline(always)]
-fn softmax_row(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, mask: Mask) {
-    let inv = softmax_exp(row, len, i, bias, mask);
-    for x in row.iter_mut() {
-        *x *= inv;
-    }
-}
-
-/// [`softmax_row`] without the division: the row gets `exp(x_j - max)` (0 for
-/// hidden keys) and the result is 1 / their sum (0 when no key is seen), for the
-/// caller to scale by. Whole 16-lane chunks with the hidden keys masked, and
-/// fixed-order tree reductions, so it vectorises and every build gives the same
-/// bits.
-#[inline(always)]
-fn softmax_exp(row: &mut [f32], len: usize, i: usize, bias: Option<&[f32]>, mask: Mask) -> f32 {
-    let (lo, mut hi) = match mask.window {
-        None => (0, len),
-        Some(w) => (i.saturating_sub(w / 2), (i + w / 2 + 1).min(len)),
-    };
-    if mask.causal {
-        hi = hi.min(i + 1);
-    }
-    if lo >= hi {
-        row.fill(0.0);
-        return 0.0;
-    }
-    if let Some(b) = bias {
-        for (x, &b) in row.iter_mut().zip(b) {
-            *x += b;
-        }
-    }
-    // Lane positions as u32 (u64 compares do not fit a 16-lane register).
-    let (lo, hi) = (lo as u32, hi as u32);
-    let lane: [u32; KC] = std::array::from_fn(|l| l as u32);
-    let mut m = [f32::NEG_INFINITY; KC];
-    for (c, chunk) in row.chunks_exact(KC).enumerate() {
-        let base = (c * KC) as u32;
-        for ((m, &x), &l) in m.iter_mut().zip(chunk).zip(&lane) {
-            let j = base + l;
-            let x = if j >= lo && j < hi {
-                x
-            } else {
-                f32::NEG_INFINITY
-            };
-            *m = if x > *m { x } else { *m };
-        }
-    }
-    let max = tree(m, |a, b| if b > a { b } else { a });
-    let mut sum = [0f32; KC];
-    for (c, chunk) in row.chunks_exact_mut(KC).enumerate() {
-        let base = (c * KC) as u32;
-        for ((s, x), &l) in sum.iter_mut().zip(chunk).zip(&lane) {
-            let j = base + l;
-            let e = exp_neg(max - *x);
-            *x = if j >= lo && j < hi { e } else { 0.0 };
-            *s += *x;
-        }
-    }
-    1.0 / tree(sum, |a, b| a + b)
 }
 
 /// `f` folded over 16 lanes as a fixed tree (lanes `l` and `l + 8`, then `+ 4`,

@@ -20,7 +20,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// Textbook attention in f64 on explicitly gathered Q, K, V per head, with an
-/// additive mask of -1e30 on padded keys and on keys outside the window, the
+/// additive mask of -1e30 on padded keys, on keys outside the window and (causal)
+/// on keys after the query, the
 /// bias added to the scores; a row with every key masked gives 0.
 fn reference(qkv: &[f32], lens: &[usize], s: AttnShape, opts: AttnOpts) -> Vec<f32> {
     let h = s.hidden();
@@ -61,22 +62,11 @@ fn reference(qkv: &[f32], lens: &[usize], s: AttnShape, opts: AttnOpts) -> Vec<f
     ctx
 }
 
-#[test]
-fn strided_attention_matches_reference_on_odd_shapes() {
-    for (batch, seq, heads, head_dim, lens) in [
-        (3, 7, 2, 5, vec![7, 3, 1]),
-        (2, 9, 3, 11, vec![9, 9]),
-        (1, 1, 1, 1, vec![1]),
-        (2, 13, 12, 32, vec![13, 6]),
-        // more than one key chunk and query group; head dims of 64, 32 + 16
-        // and 64 + 16 + 3 columns
-        (2, 40, 2, 64, vec![40, 33]),
-        (1, 21, 3, 48, vec![17]),
-        (1, 18, 1, 83, vec![18]),
-        // past LONG: the gemm path, with padding and odd widths
-        (2, 70, 2, 32, vec![70, 41]),
-        (1, 67, 1, 19, vec![3]),
-    ] {
+/// `attention` against [`reference`] on each shape `(batch, seq, heads,
+/// head_dim, lens)`, with no option, a bias, windows (`windows`), the causal
+/// mask, and their combinations.
+fn check_against_reference(shapes: &[(usize, usize, usize, usize, Vec<usize>)], windows: &[usize]) {
+    for (batch, seq, heads, head_dim, lens) in shapes.iter().cloned() {
         let s = AttnShape {
             batch,
             seq,
@@ -91,39 +81,30 @@ fn strided_attention_matches_reference_on_odd_shapes() {
             .iter()
             .map(|v| v * 4.0)
             .collect::<Vec<_>>();
-        for opts in [
+        // Scores rising with the key: later key blocks raise each row's
+        // maximum, so the online softmax rescales its partial context.
+        let ramp: Vec<f32> = (0..heads * seq * seq)
+            .map(|x| (x % seq) as f32 * 0.05)
+            .collect();
+        let opt = |bias, window, causal| AttnOpts {
+            bias,
+            window,
+            causal,
+        };
+        let mut all = vec![
             AttnOpts::default(),
-            AttnOpts {
-                bias: Some(&bias),
-                window: None,
-                causal: false,
-            },
-            AttnOpts {
-                bias: None,
-                window: Some(4),
-                causal: false,
-            },
-            AttnOpts {
-                bias: Some(&bias),
-                window: Some(3),
-                causal: false,
-            },
-            AttnOpts {
-                bias: None,
-                window: Some(0),
-                causal: false,
-            },
-            AttnOpts {
-                bias: None,
-                window: None,
-                causal: true,
-            },
-            AttnOpts {
-                bias: Some(&bias),
-                window: Some(6),
-                causal: true,
-            },
-        ] {
+            opt(Some(&bias[..]), None, false),
+            opt(Some(&ramp[..]), None, false),
+            opt(None, None, true),
+            opt(Some(&bias[..]), None, true),
+            opt(None, Some(0), false),
+        ];
+        for &w in windows {
+            all.push(opt(None, Some(w), false));
+            all.push(opt(Some(&bias[..]), Some(w), false));
+            all.push(opt(None, Some(w), true));
+        }
+        for opts in all {
             let want = reference(&qkv, &lens, s, opts);
             let mut ctx = vec![f32::NAN; want.len()];
             let mut scores = Vec::new();
@@ -133,8 +114,92 @@ fn strided_attention_matches_reference_on_odd_shapes() {
                 .zip(&want)
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0, f32::max);
-            // f32 scores of up to ~100 carry ~1e-5 rounding into the exponent.
-            assert!(diff < 2e-5, "{s:?} {opts:?}: max abs diff {diff}");
+            // f32 scores of up to ~100 carry ~1e-5 rounding into the exponent
+            // (the tiled path divides by the sum after P V, not before).
+            let what = (opts.bias.is_some(), opts.window, opts.causal);
+            assert!(
+                diff < 3e-5,
+                "{s:?} (bias, window, causal) {what:?}: max abs diff {diff}"
+            );
+            // Never more than one tile of scores, whatever the length.
+            assert!(scores.len() <= 128 * 512, "{s:?}: {} scores", scores.len());
+        }
+    }
+}
+
+#[test]
+fn strided_attention_matches_reference_on_odd_shapes() {
+    check_against_reference(
+        &[
+            (3, 7, 2, 5, vec![7, 3, 1]),
+            (2, 9, 3, 11, vec![9, 9]),
+            (1, 1, 1, 1, vec![1]),
+            (2, 13, 12, 32, vec![13, 6]),
+            // more than one key chunk and query group; head dims of 64, 32 + 16
+            // and 64 + 16 + 3 columns
+            (2, 40, 2, 64, vec![40, 33]),
+            (1, 21, 3, 48, vec![17]),
+            (1, 18, 1, 83, vec![18]),
+            // past LONG: the tiled path, with padding and odd widths
+            (2, 70, 2, 32, vec![70, 41]),
+            (1, 67, 1, 19, vec![3]),
+        ],
+        &[3, 4],
+    );
+}
+
+#[test]
+fn tiled_attention_matches_reference_over_many_key_blocks() {
+    // Several query tiles (128) and key blocks (512), partial last ones,
+    // padding that ends inside a block and one that leaves a whole block of
+    // padded keys; windows narrower than a tile, wider than a block, and one
+    // whose band crosses block edges.
+    check_against_reference(
+        &[
+            (1, 1100, 2, 16, vec![1100]),
+            (2, 1300, 1, 8, vec![1300, 517]),
+            (1, 700, 1, 19, vec![640]),
+        ],
+        &[6, 128, 1200],
+    );
+}
+
+#[test]
+fn long_input_with_window_and_padding_matches_reference() {
+    // 2,600 tokens (5+ key blocks, 21 query tiles), 2,000 real, ModernBERT's
+    // local window of 128, with and without the causal mask.
+    check_against_reference(&[(1, 2600, 1, 8, vec![2000])], &[128]);
+}
+
+#[test]
+fn causal_attention_sees_only_earlier_keys() {
+    // head_dim 1, q = 0: uniform weights over the keys seen, v_j = j, so
+    // query i's context is the mean of 0..=i; on both paths (short and tiled).
+    for seq in [5, 600] {
+        let s = AttnShape {
+            batch: 1,
+            seq,
+            heads: 1,
+            head_dim: 1,
+        };
+        let mut qkv = vec![0f32; 3 * seq];
+        for j in 0..seq {
+            qkv[j * 3 + 2] = j as f32;
+        }
+        let mut ctx = vec![f32::NAN; seq];
+        let opts = AttnOpts {
+            causal: true,
+            ..AttnOpts::default()
+        };
+        let len = seq - 2;
+        attention(&qkv, &[len], s, opts, &mut ctx, &mut Vec::new()).unwrap();
+        for (i, &c) in ctx.iter().enumerate() {
+            // padded queries see every real key
+            let want = i.min(len - 1) as f32 / 2.0;
+            assert!(
+                (c - want).abs() < 1e-3 * (1.0 + want),
+                "{seq} {i}: {c} vs {want}"
+            );
         }
     }
 }
@@ -185,19 +250,6 @@ fn window_masks_far_keys_and_bias_shifts_scores() {
     };
     attention(&qkv, &[5], s, b, &mut ctx, &mut p).unwrap();
     close(&ctx, &[3.0; 5]);
-    // Causal: query i averages v_0..=v_i; with the window 2 only v_{i-1}, v_i.
-    let c = AttnOpts {
-        causal: true,
-        ..AttnOpts::default()
-    };
-    attention(&qkv, &[5], s, c, &mut ctx, &mut p).unwrap();
-    close(&ctx, &[0.0, 0.5, 1.0, 1.5, 2.0]);
-    let cw = AttnOpts {
-        window: Some(2),
-        ..c
-    };
-    attention(&qkv, &[5], s, cw, &mut ctx, &mut p).unwrap();
-    close(&ctx, &[0.0, 0.5, 1.5, 2.5, 3.5]);
     assert!(attention(
         &qkv,
         &[5],
@@ -283,7 +335,7 @@ fn avx512_block_equals_the_portable_block_bit_for_bit() {
             },
             AttnOpts {
                 bias: None,
-                window: None,
+                window: Some(7),
                 causal: true,
             },
         ] {
