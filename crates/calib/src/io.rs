@@ -45,7 +45,11 @@ fn tensors_crc32<'a>(tensors: impl Iterator<Item = (&'a str, &'a [u8])>) -> Stri
 const FORMAT_NAME: &str = "bertflow-calibrator";
 
 /// Where a calibrator comes from; filled by the caller, stored in the file.
+/// A key this build does not know (a misspelt `quantizer` would silently drop
+/// the quantizer) is an error naming it: fields are only ever added, each
+/// optional with a default, so every older file still reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CalibratorMeta {
     /// Identity of the embedding model (name, path or hash).
     pub model: String,
@@ -99,6 +103,7 @@ pub const WEIGHTING_TENSOR: &str = "weighting.token_weights";
 /// A token weighting as recorded in a calibrator file (see
 /// `bertflow_encoder::weighting`; this crate does not depend on it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WeightingMeta {
     /// The weighting spec, e.g. `usif` or `sif:a=0.001,special=drop,punct=drop`.
     pub spec: String,
@@ -121,6 +126,7 @@ pub const EXTERNAL_POOLING: &str = "external";
 
 /// Where external embeddings came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ExternalInput {
     /// A user's label for the source (e.g. "text-embedding-3-small"), if given.
     pub label: Option<String>,
@@ -343,6 +349,24 @@ pub(crate) fn from_bytes(bytes: &[u8], path: &Path) -> Result<(Fitted, Calibrato
         }
         None => return Err(err("header has no format_version".into())),
     }
+    // Every top-level key is known: a misspelt checksum key must not switch
+    // the check off.
+    const KEYS: [&str; 5] = [
+        "format",
+        "format_version",
+        "meta",
+        "calibrator",
+        CHECKSUM_FIELD,
+    ];
+    if let Some(key) = value
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !KEYS.contains(&k.as_str())))
+    {
+        return Err(err(format!(
+            "unknown key {key:?} in the header (known: {})",
+            KEYS.join(", ")
+        )));
+    }
     let stored_crc = value
         .get(CHECKSUM_FIELD)
         .map(|v| {
@@ -437,22 +461,25 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>> {
         path: path.to_path_buf(),
         reason,
     };
-    // Checked before opening too: opening a FIFO waits for a writer.
-    if !std::fs::metadata(path).map_err(io)?.is_file() {
-        return Err(err("not a regular file".into()));
-    }
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(err("not a regular file".into()));
-    }
+    // A regular file only, checked on the open descriptor (opened without
+    // blocking, so a FIFO is refused at once).
+    let (file, file_len) =
+        bertflow_durable::open_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
+            bertflow_durable::ReadError::Io { source, .. } => io(source),
+            bertflow_durable::ReadError::NotRegular { kind, .. } => {
+                err(format!("not a regular file ({kind})"))
+            }
+            bertflow_durable::ReadError::TooLarge { len, .. } => err(format!(
+                "{len} bytes, more than a calibrator file may have ({MAX_FILE_BYTES})"
+            )),
+        })?;
     let mut reader = file.take(MAX_FILE_BYTES);
     let mut prefix = [0u8; 8];
     reader
         .read_exact(&mut prefix)
         .map_err(|_| err("too short for a safetensors file (damaged or truncated?)".into()))?;
     let header_len = u64::from_le_bytes(prefix);
-    if header_len > MAX_HEADER_BYTES || header_len + 8 > meta.len() {
+    if header_len > MAX_HEADER_BYTES || header_len + 8 > file_len {
         return Err(err(format!(
             "the safetensors header declares {header_len} bytes: not a safetensors file (damaged or truncated?)"
         )));
@@ -476,10 +503,9 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>> {
         .max()
         .unwrap_or(0);
     let total = 8 + header_len + data_len;
-    if total != meta.len() || total > MAX_FILE_BYTES {
+    if total != file_len || total > MAX_FILE_BYTES {
         return Err(err(format!(
-            "the safetensors header declares {total} bytes but the file has {} (damaged or truncated?)",
-            meta.len()
+            "the safetensors header declares {total} bytes but the file has {file_len} (damaged or truncated?)"
         )));
     }
     bytes.reserve_exact(data_len as usize);

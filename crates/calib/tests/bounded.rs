@@ -86,3 +86,58 @@ fn every_flipped_tensor_byte_is_refused_and_old_files_without_a_checksum_load() 
     std::fs::write(&path, &old).unwrap();
     load(&path).unwrap();
 }
+
+/// The calibrator at `path` rewritten with its header's JSON edited by `edit`.
+fn with_header(path: &std::path::Path, edit: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
+    let good = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&good).unwrap();
+    let (_, md) = SafeTensors::read_metadata(&good).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&md.metadata().as_ref().unwrap()[METADATA_KEY]).unwrap();
+    edit(&mut json);
+    let info = HashMap::from([(METADATA_KEY.to_string(), json.to_string())]);
+    safetensors::serialize(st.tensors(), Some(info)).unwrap()
+}
+
+#[test]
+fn unknown_or_misspelt_header_keys_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = saved(dir.path());
+    let bad = dir.path().join("bad.safetensors");
+    let rename = |obj: &'static str, from: &'static str, to: &'static str| {
+        with_header(&path, move |j| {
+            let o = if obj.is_empty() { j } else { &mut j[obj] };
+            let o = o.as_object_mut().unwrap();
+            let v = o.remove(from).unwrap_or(serde_json::Value::Null);
+            o.insert(to.into(), v);
+        })
+    };
+    // tensors_crc32 -> tensors_crc33 would switch the checksum off.
+    std::fs::write(&bad, rename("", "tensors_crc32", "tensors_crc33")).unwrap();
+    let e = format_error(&bad);
+    assert!(e.contains("unknown key \"tensors_crc33\""), "{e}");
+    // quantizer -> quantizes would drop the quantizer stage.
+    std::fs::write(&bad, rename("meta", "quantizer", "quantizes")).unwrap();
+    let e = format_error(&bad);
+    assert!(e.contains("unknown field `quantizes`"), "{e}");
+    std::fs::write(&bad, rename("meta", "pooling", "poolign")).unwrap();
+    let e = format_error(&bad);
+    assert!(e.contains("poolign"), "{e}");
+    // The optional keys of older files may be absent, or present as written
+    // (null seed, absent external / sampled_from / weighting / warnings).
+    let old = with_header(&path, |j| {
+        let m = j["meta"].as_object_mut().unwrap();
+        for k in [
+            "external",
+            "sampled_from",
+            "weighting",
+            "warnings",
+            "quantizer",
+        ] {
+            m.remove(k);
+        }
+        m.insert("seed".into(), serde_json::Value::Null);
+    });
+    std::fs::write(&bad, old).unwrap();
+    load(&bad).unwrap();
+}

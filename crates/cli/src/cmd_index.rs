@@ -523,12 +523,18 @@ pub fn run(a: IndexArgs) -> Result<()> {
                 );
             }
             let graph = bertflow_core::index::Ann::load(std::sync::Arc::clone(&opened), &index)?;
+            let calibrator =
+                bertflow_core::indexing::verify_calibrator_copy(&index, opened.identity())?;
             println!(
-                "{}: every checksum matches ({} sentences{}; {:.1} s)",
+                "{}: every checksum matches ({} sentences{}{}; {:.1} s)",
                 index.display(),
                 opened.len(),
                 match &graph {
                     Some(g) => format!(", HNSW graph of {} points", g.len()),
+                    None => String::new(),
+                },
+                match &calibrator {
+                    Some(c) => format!(", calibrator copy {}", c.display()),
                     None => String::new(),
                 },
                 started.elapsed().as_secs_f64()

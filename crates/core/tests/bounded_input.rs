@@ -46,3 +46,41 @@ fn a_file_over_the_limit_and_a_line_over_the_limit_are_refused() {
     let e = refused(&long);
     assert!(e.contains("long.txt:2") && e.contains("limit"), "{e}");
 }
+
+#[cfg(unix)]
+#[test]
+fn vector_files_that_are_fifos_or_devices_are_refused_without_blocking() {
+    use bertflow_core::matrix_file::MatrixReader;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["v.npy", "v.safetensors"] {
+        let fifo = dir.path().join(name);
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let e = MatrixReader::open(&fifo).err().unwrap().to_string();
+        assert!(
+            e.contains("vector file is not a regular file (a FIFO)"),
+            "{e}"
+        );
+        let e = bertflow_core::indexing::declared_settings(&fifo)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(name == "v.npy" || e.contains("a FIFO"), "{e}");
+        std::fs::remove_file(&fifo).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &fifo).unwrap();
+        let e = MatrixReader::open(&fifo).err().unwrap().to_string();
+        assert!(e.contains("not a regular file (a character device)"), "{e}");
+    }
+    // A JSONL input is read through the same check.
+    let fifo = dir.path().join("v.jsonl");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let e = read_regular_file(&fifo, 1 << 20, "input file").unwrap_err();
+    assert!(e.to_string().contains("a FIFO"), "{e}");
+}

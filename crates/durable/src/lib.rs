@@ -16,12 +16,20 @@
 //!
 //! Errors name the path and say in words what went wrong (disk full,
 //! permission denied, missing directory) and that the old file is intact.
+//!
+//! And every file bertflow reads that it did not just make comes through
+//! [`open_regular`] or [`read_regular`]: only a regular file (no FIFO, device
+//! or socket, even behind a symlink), checked on the open descriptor, opened
+//! without blocking, and no larger than the reader's limit.
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+mod read;
+pub use read::{open_regular, read_regular, read_regular_string, ReadError};
 
 /// Environment variable naming the crash points to abort at (comma-separated).
 pub const CRASH_ENV: &str = "BERTFLOW_CRASH_AT";

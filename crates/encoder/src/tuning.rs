@@ -212,6 +212,10 @@ impl Entry {
     }
 }
 
+/// The most bytes a `kernels.json` may have: an entry is about 2 KB, so room
+/// for hundreds of CPUs.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
 /// `kernels.json`: entries of any CPU (kept as read, so that entries of other
 /// CPUs and newer versions survive a rewrite).
 #[derive(Debug, Default)]
@@ -220,13 +224,15 @@ pub struct KernelFile {
 }
 
 impl KernelFile {
-    /// The file at `path`: empty if absent; a damaged one is empty, with a note.
+    /// The file at `path`: empty if absent; a damaged one is empty, with a note,
+    /// and so is one that is not a regular file (a FIFO, a device: never read)
+    /// or larger than [`MAX_FILE_BYTES`].
     pub fn read(path: &FsPath, notes: &mut Vec<String>) -> Self {
-        let bytes = match std::fs::read(path) {
+        let bytes = match bertflow_durable::read_regular(path, MAX_FILE_BYTES) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Self::default(),
+            Err(e) if e.is_not_found() => return Self::default(),
             Err(e) => {
-                notes.push(format!("cannot read {}: {e}; ignored", path.display()));
+                notes.push(format!("{e}; ignored"));
                 return Self::default();
             }
         };

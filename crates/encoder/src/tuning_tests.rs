@@ -312,3 +312,33 @@ fn cached_vectors_are_keyed_by_the_fp32_kernels_arithmetic() {
         format!("{}-fp32-{}", enc.fingerprint(), ran.numerics())
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_a_device_or_an_oversize_kernels_json_is_ignored_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let read = || {
+        let mut notes = Vec::new();
+        let file = KernelFile::read(&path, &mut notes);
+        assert!(file.entries.is_empty());
+        notes.join("\n")
+    };
+    // A FIFO with no writer: refused at once, never waited on.
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap()
+        .success());
+    let n = read();
+    assert!(n.contains("not a regular file (a FIFO)"), "{n}");
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+    let n = read();
+    assert!(n.contains("not a regular file (a character device)"), "{n}");
+    std::fs::remove_file(&path).unwrap();
+    // Past the limit (a 69 MB file took 1.8 GB to parse): not read.
+    std::fs::write(&path, vec![b' '; MAX_FILE_BYTES as usize + 1]).unwrap();
+    let n = read();
+    assert!(n.contains("more than the limit"), "{n}");
+}

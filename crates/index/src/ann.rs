@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::ann_files::AnnFiles;
 use crate::ann_files::{file_crc, io, read_meta, AnnMeta, Stored};
 use crate::ann_space::{check_params, AnnMetric, Space};
-use crate::{dot, CompactAnn, Index, IndexError};
+use crate::{CompactAnn, Index, IndexError};
 
 /// Newest version of the `.hnsw.json` schema (2: with `dump`; 3: a compact
 /// graph's links file). hnsw_rs graphs (cosine) are still written as version 2,
@@ -348,7 +348,7 @@ impl Ann {
             )));
         }
         let checked = |path: &Path, sum: (u64, u32)| {
-            if file_crc(path)? != sum {
+            if file_crc(path, sum.0)? != sum {
                 return Err(IndexError::Corrupt(format!(
                     "{}: size or checksum mismatch",
                     path.display()
@@ -487,7 +487,9 @@ impl Ann {
             .iter()
             .filter_map(|n| {
                 let i = n.get_origin_id();
-                self.index.vector(i).map(|v| (i, dot(v, &q)))
+                self.index
+                    .vector(i)
+                    .and_then(|v| Some((i, crate::reader::stored_score(v, &q)?)))
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -524,5 +526,5 @@ fn dump_hnsw(
     std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     bertflow_durable::sync_dir(files.dir())?;
     bertflow_durable::crash_point("ann:dumped");
-    Ok([file_crc(&graph)?, file_crc(&data)?])
+    Ok([file_crc(&graph, u64::MAX)?, file_crc(&data, u64::MAX)?])
 }

@@ -49,8 +49,8 @@ struct Bytes {
 
 impl Bytes {
     fn open(path: &Path, what: &'static str) -> Result<Self, String> {
-        let file = File::open(path).map_err(|e| format!("{what}: {e}"))?;
-        let left = file.metadata().map_err(|e| format!("{what}: {e}"))?.len();
+        let (file, left) =
+            bertflow_durable::open_regular(path, u64::MAX).map_err(|e| format!("{what}: {e}"))?;
         Ok(Bytes {
             inner: BufReader::new(file),
             left,

@@ -2,7 +2,6 @@
 //! metadata (`.hnsw.json`): which generation is current, the parameters, the
 //! sizes and CRC-32s of its files, the segments it covers, its metric.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -74,7 +73,7 @@ impl AnnFiles {
     }
 
     fn read(&self) -> Option<AnnMeta> {
-        let json = std::fs::read(&self.meta).ok()?;
+        let json = bertflow_durable::read_regular(&self.meta, MAX_META_BYTES).ok()?;
         serde_json::from_slice(&json).ok()
     }
 
@@ -211,9 +210,13 @@ impl AnnMeta {
     }
 }
 
-/// CRC-32 and length of a file, read in 1 MiB pieces.
-pub(crate) fn file_crc(path: &Path) -> Result<(u64, u32), IndexError> {
-    let mut file = File::open(path).map_err(io(path))?;
+/// The most bytes a `.hnsw.json` may have (a few hundred in practice).
+const MAX_META_BYTES: u64 = 1 << 20;
+
+/// CRC-32 and length of a file, read in 1 MiB pieces: a regular file of at
+/// most `limit` bytes (the size the metadata records), or an error.
+pub(crate) fn file_crc(path: &Path, limit: u64) -> Result<(u64, u32), IndexError> {
+    let (mut file, _) = bertflow_durable::open_regular(path, limit)?;
     let mut crc = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
@@ -235,7 +238,7 @@ pub(crate) fn read_meta(index: &Index, index_path: &Path) -> Result<Option<AnnMe
     if !files.exist() {
         return Ok(None);
     }
-    let json = std::fs::read(&files.meta).map_err(io(&files.meta))?;
+    let json = bertflow_durable::read_regular(&files.meta, MAX_META_BYTES)?;
     let meta: AnnMeta = serde_json::from_slice(&json).map_err(|e| {
         IndexError::Corrupt(format!("{}: bad HNSW metadata: {e}", files.meta.display()))
     })?;

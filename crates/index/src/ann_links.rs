@@ -114,8 +114,7 @@ pub(crate) fn read(path: &Path, rows: usize, m: usize) -> Result<Links, IndexErr
     if !(2..=255).contains(&m) {
         return Err(bad(format!("M {m} is out of range")));
     }
-    let file = std::fs::File::open(path).map_err(io(path))?;
-    let len = file.metadata().map_err(io(path))?.len();
+    let (file, len) = bertflow_durable::open_regular(path, u64::MAX)?;
     let mut r = BufReader::with_capacity(1 << 20, file);
     let mut head = [0u8; HEADER as usize];
     if len < HEADER {

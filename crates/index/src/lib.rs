@@ -38,7 +38,7 @@ pub use ann_compact::CompactAnn;
 pub use ann_space::AnnMetric;
 pub use format::Identity;
 pub use quant::{CodeKind, Quantization};
-pub use reader::{dot, top_k, Index};
+pub use reader::{dot, row_norm2, stored_row_ok, stored_score, top_k, Index};
 pub use repair::{repair, Repaired};
 pub use search::{SearchParams, DEFAULT_RESCORE, DEFAULT_SHORTLIST};
 pub use writer::IndexWriter;
@@ -65,12 +65,35 @@ pub enum IndexError {
     Invalid(String),
 }
 
+impl From<bertflow_durable::ReadError> for IndexError {
+    fn from(e: bertflow_durable::ReadError) -> Self {
+        match e {
+            bertflow_durable::ReadError::Io { .. } => IndexError::Io(e.to_string()),
+            _ => IndexError::Invalid(e.to_string()),
+        }
+    }
+}
+
+/// The most bytes a calibrator file may have ([`file_digest`]; as
+/// `bertflow_calib` reads them).
+pub const MAX_CALIBRATOR_BYTES: u64 = 4 << 30;
+
 /// `sha256:` and the first 16 hex digits of the SHA-256 of the file at `path`:
-/// identifies a calibrator file in an [`Identity`].
+/// identifies a calibrator file in an [`Identity`]. Only a regular file of at
+/// most [`MAX_CALIBRATOR_BYTES`] is read (streamed).
 pub fn file_digest(path: &std::path::Path) -> Result<String, IndexError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
-    let digest = Sha256::digest(&bytes);
+    let (mut file, _) = bertflow_durable::open_regular(path, MAX_CALIBRATOR_BYTES)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf)
+            .map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let digest = hasher.finalize();
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!("sha256:{hex}"))
 }

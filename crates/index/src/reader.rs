@@ -194,8 +194,9 @@ impl Index {
     /// interrupted) opens in the last complete state before it;
     /// [`Index::recovered`] says so.
     pub fn open(path: &Path, verify: bool) -> Result<Self, IndexError> {
-        let file =
-            File::open(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
+        // A regular file only: a FIFO or a device at the path is refused
+        // (without blocking), never mapped or read.
+        let (file, _) = bertflow_durable::open_regular(path, u64::MAX)?;
         Self::open_file(&file, path, verify)
     }
 
@@ -211,7 +212,14 @@ impl Index {
         // interrupted append, after the last trailer, are cut), and a reader
         // touches only its own state's segments after `open`.
         let io = |e: std::io::Error| IndexError::Io(format!("{}: {e}", path.display()));
-        let stamp = Stamp::of(&file.metadata().map_err(io)?);
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(IndexError::Invalid(format!(
+                "{}: not a regular file; refused",
+                path.display()
+            )));
+        }
+        let stamp = Stamp::of(&meta);
         let map = unsafe { Mmap::map(file) }
             .map_err(|e| IndexError::Io(format!("{}: cannot map: {e}", path.display())))?;
         let located = locate(&map, path, |l| layout(&map, l, path).map(drop))?;
@@ -291,6 +299,22 @@ impl Index {
                     "segment {k} (sentences {} to {}): checksum mismatch (the file is corrupt)",
                     s.first,
                     s.first + s.count
+                )));
+            }
+            let d = self.footer.identity.dimension;
+            if let Some(j) = self
+                .vectors(s)
+                .chunks_exact(d)
+                .position(|v| !stored_row_ok(v))
+            {
+                return Err(IndexError::Corrupt(format!(
+                    "segment {k}: the vector of sentence {} is {} (every stored vector is unit length or zero); it is never served",
+                    s.first + j,
+                    if row_norm2(&self.vectors(s)[j * d..(j + 1) * d]).is_finite() {
+                        "not of unit length"
+                    } else {
+                        "not finite"
+                    }
                 )));
             }
         }
@@ -418,7 +442,8 @@ impl Index {
     ) -> Result<Vec<(usize, f32)>, IndexError> {
         let q = self.unit_query(query, None)?;
         Ok(self::top_k(
-            self.iter_vectors().map(|(i, v)| (i, dot(v, &q))),
+            self.iter_vectors()
+                .filter_map(|(i, v)| Some((i, stored_score(v, &q)?))),
             top_k.min(self.len()),
         ))
     }
@@ -434,6 +459,10 @@ pub fn top_k(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(u
     }
     let mut heap: BinaryHeap<Ranked> = BinaryHeap::with_capacity(k + 1);
     for (index, score) in scored {
+        if !score.is_finite() {
+            // A NaN would rank first (and print as null): never served.
+            continue;
+        }
         let candidate = Ranked { score, index };
         if heap.len() < k {
             heap.push(candidate);
@@ -479,6 +508,28 @@ impl PartialEq for Ranked {
 impl Eq for Ranked {}
 
 /// Dot product with eight independent accumulators (vectorises well).
+/// The squared length of a stored row, summed as [`dot`] sums.
+pub fn row_norm2(v: &[f32]) -> f32 {
+    dot(v, v)
+}
+
+/// Whether a stored row is as `index build` and `index add` write them: finite
+/// and unit length (to 1e-3 in its square) or all zero. [`Index::verify`]
+/// reports any other row as damage, and search never serves one
+/// ([`stored_score`]): the two agree.
+pub fn stored_row_ok(v: &[f32]) -> bool {
+    let n = row_norm2(v);
+    n == 0.0 || (n - 1.0).abs() < 1e-3
+}
+
+/// The cosine of a stored row with a unit query (their dot product, rows being
+/// unit length), or `None` for a row that is not as stored rows must be
+/// ([`stored_row_ok`]: a NaN, a row scaled by damage), which is never served.
+pub fn stored_score(v: &[f32], unit_query: &[f32]) -> Option<f32> {
+    let s = dot(v, unit_query);
+    (stored_row_ok(v) && s.is_finite()).then_some(s)
+}
+
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let chunks = a.len() / 8 * 8;

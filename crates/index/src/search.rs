@@ -5,7 +5,7 @@
 
 use bertflow_kernels::codes::{hamming_block_with, CodeIsa};
 
-use crate::reader::{dot, top_k};
+use crate::reader::{stored_score, top_k};
 use crate::{Index, IndexError, Quantization};
 
 /// Candidates rescored exactly per result asked, unless said otherwise:
@@ -137,7 +137,7 @@ impl Index {
         let exact = ids
             .iter()
             .zip(rows.chunks_exact(d))
-            .map(|(&i, v)| (i, dot(v, unit_query)));
+            .filter_map(|(&i, v)| Some((i, stored_score(v, unit_query)?)));
         Ok(self::top_k(exact, k))
     }
 

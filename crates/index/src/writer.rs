@@ -251,10 +251,12 @@ impl IndexWriter {
         if texts.is_empty() {
             return Ok(());
         }
-        if vectors.iter().any(|x| !x.is_finite()) {
-            return Err(IndexError::Invalid(
-                "a vector has a NaN or infinite component".into(),
-            ));
+        if let Some(at) = vectors.iter().position(|x| !x.is_finite()) {
+            return Err(IndexError::Invalid(format!(
+                "vector {} of this batch has a NaN or infinite component ({}); refused: such a vector would rank first for every query",
+                at / dimension,
+                vectors[at]
+            )));
         }
         let start = align_up(self.position);
         self.write(&vec![0u8; (start - self.position) as usize])?;

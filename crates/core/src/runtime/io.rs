@@ -87,43 +87,34 @@ pub const MAX_INPUT_BYTES: u64 = 16 << 30;
 /// are refused without reading them; a file growing while read is cut at
 /// `limit` + 1 bytes and refused.
 pub fn read_regular_file(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
-    use std::io::Read;
-    // Checked before opening too: opening a FIFO waits for a writer.
-    let regular = |m: &std::fs::Metadata| m.is_file();
-    let before = std::fs::metadata(path).map_err(CoreError::io("read", path))?;
-    let file = if regular(&before) {
-        Some(std::fs::File::open(path).map_err(CoreError::io("read", path))?)
-    } else {
-        None
-    };
-    let meta = match &file {
-        Some(f) => f.metadata().map_err(CoreError::io("read", path))?,
-        None => before,
-    };
-    let Some(file) = file.filter(|_| regular(&meta)) else {
-        bail!(
-            "{}: the {what} is not a regular file (a device, FIFO or directory)",
+    bertflow_durable::read_regular(path, limit).map_err(|e| regular_file_error(e, what))
+}
+
+/// [`bertflow_durable::ReadError`] as this crate's error, naming the file as
+/// `what`.
+pub fn regular_file_error(e: bertflow_durable::ReadError, what: &str) -> CoreError {
+    use bertflow_durable::ReadError;
+    match e {
+        ReadError::Io { path, source } => CoreError::Io {
+            action: "read",
+            path,
+            source,
+        },
+        ReadError::NotRegular { path, kind } => CoreError::Input(format!(
+            "{}: the {what} is not a regular file ({kind})",
             path.display()
-        );
-    };
-    if meta.len() > limit {
-        bail!(
-            "{}: the {what} has {} bytes, more than the limit of {limit}",
-            path.display(),
-            meta.len()
-        );
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(CoreError::io("read", path))?;
-    if bytes.len() as u64 > limit {
-        bail!(
-            "{}: the {what} grew past the limit of {limit} bytes while read",
+        )),
+        ReadError::TooLarge { path, len, limit } => CoreError::Input(format!(
+            "{}: the {what} has {len} bytes, more than the limit of {limit}",
             path.display()
-        );
+        )),
     }
-    Ok(bytes)
+}
+
+/// [`bertflow_durable::open_regular`] with this crate's errors: the regular
+/// file at `path` (never a FIFO or a device), of any size, and its length.
+pub fn open_regular_file(path: &Path, what: &str) -> Result<(std::fs::File, u64)> {
+    bertflow_durable::open_regular(path, u64::MAX).map_err(|e| regular_file_error(e, what))
 }
 
 /// Standard input, line by line, within [`MAX_LINE_BYTES`] per line and

@@ -44,8 +44,8 @@ impl MatrixReader {
     /// Opens a `.npy` or `.safetensors` file (by extension; other extensions are
     /// tried as `.npy`) and reads its header.
     pub fn open(path: &Path) -> Result<Self> {
-        let mut file = File::open(path).map_err(CoreError::io("open", path))?;
-        let len = file.metadata().map_err(CoreError::io("read", path))?.len();
+        // A regular file only (a FIFO or a device is refused, without blocking).
+        let (mut file, len) = crate::io::open_regular_file(path, "vector file")?;
         let is_st = path.extension().is_some_and(|e| e == "safetensors");
         let (rows, cols, dtype, data_offset) = if is_st {
             safetensors_header(&mut file, path)?

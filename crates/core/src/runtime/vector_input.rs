@@ -212,7 +212,7 @@ fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
 
 #[cfg(feature = "parquet")]
 fn open_parquet(path: &Path) -> Result<SerializedFileReader<std::fs::File>> {
-    let file = std::fs::File::open(path).map_err(CoreError::io("open", path))?;
+    let (file, _) = crate::io::open_regular_file(path, "Parquet file")?;
     guarded(path, || SerializedFileReader::new(file))?
         .map_err(|e| bad(path, format!("not a readable Parquet file ({e})")))
 }

@@ -133,7 +133,11 @@ pub fn keep_calibrator(index: &Path, calibrator: Option<&Path>) -> Result<()> {
     let side = calibrator_sidecar(index);
     match calibrator {
         Some(c) => {
-            let bytes = std::fs::read(c).map_err(crate::CoreError::io("read calibrator", c))?;
+            let bytes = crate::io::read_regular_file(
+                c,
+                bertflow_index::MAX_CALIBRATOR_BYTES,
+                "calibrator file",
+            )?;
             crate::write_file(&side, bytes)
         }
         None => match std::fs::remove_file(&side) {
@@ -143,6 +147,34 @@ pub fn keep_calibrator(index: &Path, calibrator: Option<&Path>) -> Result<()> {
             _ => Ok(()),
         },
     }
+}
+
+/// `index verify`'s check of the calibrator copy [`keep_calibrator`] keeps
+/// beside `index`, when the index (of `identity`) records a calibrator: the
+/// copy must be there, a regular file whose digest is the one recorded, and
+/// load whole (header keys, tensors and their checksum). Returns the copy
+/// checked, `None` for an index built without a calibrator.
+pub fn verify_calibrator_copy(
+    index: &Path,
+    identity: &bertflow_index::Identity,
+) -> Result<Option<std::path::PathBuf>> {
+    let Some(recorded) = &identity.calibrator else {
+        return Ok(None);
+    };
+    let side = calibrator_sidecar(index);
+    let bad = |why: String| {
+        crate::CoreError::Input(format!(
+            "{}: the index's copy of its calibrator ({recorded}) {why}; build the index again, or copy that calibrator file to this path",
+            side.display()
+        ))
+    };
+    let digest =
+        bertflow_index::file_digest(&side).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    if !recorded.ends_with(&digest) {
+        return Err(bad(format!("is another file ({digest})")));
+    }
+    bertflow_calib::load(&side).map_err(|e| bad(format!("is damaged: {e}")))?;
+    Ok(Some(side))
 }
 
 /// Fills what `config` leaves unset from what `index` records (files carry

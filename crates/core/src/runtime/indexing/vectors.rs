@@ -22,7 +22,7 @@ pub fn declared_settings(
         return Ok(None);
     }
     let bad = |why: String| crate::CoreError::Input(format!("{}: {why}", path.display()));
-    let mut file = std::fs::File::open(path).map_err(crate::CoreError::io("open", path))?;
+    let (mut file, _) = crate::io::open_regular_file(path, "vector file")?;
     let mut len = [0u8; 8];
     file.read_exact(&mut len)
         .map_err(|_| bad("not a .safetensors file (too short)".into()))?;
