@@ -34,17 +34,18 @@ fn a_fifo_or_a_device_as_the_index_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("corpus.bfi");
     mkfifo(&path);
-    let e = Index::open(&path, true).unwrap_err().to_string();
+    let e = Index::open(&path, true).err().unwrap().to_string();
     assert!(e.contains("not a regular file (a FIFO)"), "{e}");
     zero_link(&path);
-    let e = Index::open(&path, false).unwrap_err().to_string();
+    let e = Index::open(&path, false).err().unwrap().to_string();
     assert!(e.contains("not a regular file (a character device)"), "{e}");
 }
 
 /// An index with a compact graph over int8 codes (a `.hnsw.json` and a
 /// `.links` file beside it).
 fn with_graph(path: &Path) -> std::sync::Arc<Index> {
-    common::codes::write(path, &common::codes::int8(D), &common::vectors(300, D, 3));
+    let d = common::codes::D;
+    common::codes::write(path, &common::codes::int8(), &common::vectors(300, d, 3));
     let index = std::sync::Arc::new(Index::open(path, true).unwrap());
     let ann = bertflow_index::Ann::build(index.clone(), AnnParams::default(), &|_| {}).unwrap();
     ann.save(path).unwrap();
@@ -144,7 +145,7 @@ fn non_finite_or_scaled_stored_vectors_are_never_served_and_verify_reports_them(
     for (row, values, what) in [(10, &nan, "not finite"), (3, &unit3, "not of unit length")] {
         std::fs::write(&path, &pristine).unwrap();
         damage_row(&path, row, values);
-        let e = Index::open(&path, true).unwrap_err();
+        let e = Index::open(&path, true).err().unwrap();
         assert!(
             matches!(&e, IndexError::Corrupt(m) if m.contains(what) && m.contains(&format!("sentence {row}"))),
             "{e}"
