@@ -152,6 +152,27 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// tokenized). An embedding model is never given a pair.
     fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError>;
 
+    /// `texts` with the prompt `prompt_name` (a name of the model's prompts;
+    /// `None`: the server's default prompt, if any) before each, by
+    /// bertflow-core's prompt rule: what every route embeds or tokenises,
+    /// called once per request before anything else sees the texts. `Err`:
+    /// why the request cannot be answered (a 422), e.g. an unknown name,
+    /// naming the known ones. The default: the model defines no prompts
+    /// (texts as they are; any name refused).
+    fn prompted(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        match prompt_name {
+            None => Ok(texts),
+            Some(name) => Err(format!(
+                "prompt_name {name:?}: this model defines no prompts; prepend the prompt's text \
+                 to the input instead"
+            )),
+        }
+    }
+
     /// How many token ids the model knows: a client's token id at or above
     /// it is answered 422 before it is queued. `None` (the default): not
     /// checked here (the backend must then refuse such ids itself).

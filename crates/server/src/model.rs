@@ -86,6 +86,16 @@ impl EmbedBackend for ModelBackend {
         })
     }
 
+    fn prompted(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        self.pipeline
+            .prompt_texts(texts, prompt_name)
+            .map_err(|e| e.chain())
+    }
+
     fn vocab_size(&self) -> Option<usize> {
         Some(self.pipeline.encoder().tokenizer().vocab_size())
     }
