@@ -313,10 +313,14 @@ impl Queue {
         let tokens = encodings
             .iter()
             .fold(0usize, |sum, e| sum.saturating_add(e.len()));
-        let mut state = lock(&self.shared.state);
-        state.reserved = state.reserved.saturating_sub(reservation.inputs);
+        // The reservation is given back under the lock below; emptied and
+        // dropped first, since its Drop takes the same lock (dropped while
+        // the lock was held, on a refusal's early return, it deadlocked).
         let mut reservation = reservation;
-        reservation.inputs = 0;
+        let reserved = std::mem::take(&mut reservation.inputs);
+        drop(reservation);
+        let mut state = lock(&self.shared.state);
+        state.reserved = state.reserved.saturating_sub(reserved);
         if !state.admitting {
             return Err(ApiError::ShuttingDown);
         }
