@@ -11,9 +11,9 @@ cargo test --release --locked -p bertflow --test sts_scores --test auto_scores -
 # Fuzzing: every reader of outside bytes under the stable byte-mutation harness,
 # BERTFLOW_FUZZ_ITERS inputs (default 20,000) or BERTFLOW_FUZZ_SECS seconds
 # (default 60) per target (benchmarks/fuzz.md; the cargo-fuzz targets are in fuzz/).
-cargo test --release --locked -p bertflow-fuzzkit --test fuzz -- --ignored "$@"
+cargo test --release --locked -p bertflow-fuzzkit --test it -- fuzz:: --ignored "$@"
 # int8 encoder: mean cosine to fp32 >= 0.99 over the unique sentences of STS-B test.
-cargo test --release --locked -p bertflow-encoder --test int8 -- --ignored "$@"
+cargo test --release --locked -p bertflow-encoder --test it -- int8:: --ignored "$@"
 # all-mpnet-base-v2 (opt-in download, scripts/fetch_mpnet.sh) through the encoder's
 # last-avg against transformers on 300 STS-B test sentences; the reference vectors
 # are made with a torch environment named by BERTFLOW_REF_PYTHON (the test skips with
@@ -22,7 +22,7 @@ scripts/fetch_mpnet.sh
 if [ -n "${BERTFLOW_REF_PYTHON:-}" ] && [ ! -f models/reference/all-mpnet-base-v2-stsb-last-avg.json ]; then
   "$BERTFLOW_REF_PYTHON" scripts/reference/mpnet_stsb_reference.py
 fi
-cargo test --release --locked -p bertflow-encoder --test real_mpnet -- --ignored "$@"
+cargo test --release --locked -p bertflow-encoder --test it -- real_mpnet:: --ignored "$@"
 # Headless Chromium (Debian's package) opens the playground and the report; the tests
 # skip with a message when no browser can be had.
 if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

@@ -1,4 +1,4 @@
-"""NumPy goldens for bertflow-calib's moment statistics (crates/calib/tests/moments.rs).
+"""NumPy goldens for bertflow-calib's moment statistics (crates/calib/tests/it/moments.rs).
 
 Run once with numpy installed (never needed by CI):
     python3 -m venv /tmp/npenv && /tmp/npenv/bin/pip install numpy

@@ -1,6 +1,6 @@
 """Reference token-mean vectors of all-mpnet-base-v2 on STS-B test sentences,
 for the encoder's slow test `mpnet_last_avg_equals_transformers_on_stsb`
-(crates/encoder/tests/real_mpnet.rs). Not committed (about 2 MB): run it once
+(crates/encoder/tests/it/real_mpnet.rs). Not committed (about 2 MB): run it once
 in a reference environment with torch, transformers and sentence-transformers
 (not the project's .venv), after scripts/fetch_mpnet.sh:
 

@@ -1,4 +1,5 @@
 //! Bad models and bad poolings give clear errors, never panics.
+#[path = "it/common/mod.rs"]
 mod common;
 use bertflow_encoder::{Encoder, EncoderError, Pooling};
 use common::model_dir;
