@@ -11,16 +11,21 @@ use ndarray::{Array2, ArrayView2};
 use std::path::Path;
 use std::sync::Arc;
 
+mod modes;
 mod sparse;
 mod vectors;
 
 pub use crate::runtime::vector_input::{
     open_rows, RowSource, PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
 };
+pub use modes::{
+    default_depth, fuse_rrf, fuse_weighted, search_index, search_index_with, Fusion, FusionParams,
+    SearchMode, DEFAULT_ALPHA, DEFAULT_RRF_K,
+};
 pub use sparse::{
-    add_with_sparse, build_sparse_index, default_depth, embed_into_sparse_index, fuse_rrf,
-    fuse_weighted, model_sparse_info, read_sparse_file, search_index, search_index_with, Fusion,
-    FusionParams, SearchMode, SparseInput, DEFAULT_ALPHA, DEFAULT_RRF_K,
+    add_with_sparse, build_sparse_index, build_sparse_index_from_vectors, check_sparse_source,
+    embed_into_sparse_index, file_sparse_source, model_sparse_info, read_sparse_file,
+    write_vectors_sparse, SparseInput,
 };
 pub use vectors::{
     build_index_from_rows, build_index_from_vectors, check_declared, check_vectors_file,
