@@ -360,7 +360,7 @@ fn errors_say_what_to_do() {
             if l.trim_start().starts_with('-') {
                 if let Some(next) = lines.get(i + 1) {
                     assert!(
-                        !(next.starts_with("          ") && !next.trim_start().starts_with('-')),
+                        !next.starts_with("          ") || next.trim_start().starts_with('-'),
                         "{cmd:?} -h wraps:\n{l}\n{next}"
                     );
                 }

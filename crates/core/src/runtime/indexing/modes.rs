@@ -185,6 +185,9 @@ pub fn search_index(
     })
 }
 
+/// A dense search: the best `k` rows for a query vector, as `(row, cosine)`.
+pub type DenseSearch<'a> = dyn Fn(&[f32], usize) -> Result<Vec<(usize, f32)>> + 'a;
+
 /// [`search_index`] with the dense list made by `dense_search(query, k)`
 /// (an HNSW graph, an exact scan, ...).
 #[allow(clippy::too_many_arguments)]
@@ -195,7 +198,7 @@ pub fn search_index_with(
     mode: SearchMode,
     top_k: usize,
     fusion: &FusionParams,
-    dense_search: &dyn Fn(&[f32], usize) -> Result<Vec<(usize, f32)>>,
+    dense_search: &DenseSearch,
 ) -> Result<Vec<(usize, f32)>> {
     fusion.check()?;
     let need =
