@@ -108,14 +108,19 @@ def spark_run(folder, master, pooling):
     cmd = [sys.executable, "-m", "bertflow.spark", "--input", str(folder / "corpus.parquet"),
            "--output", str(out), "--overwrite", "--pooling", pooling, "--master", master]
     wall, err, peaks = run(cmd, env)
-    m = re.search(r"session ([\d.]+) s, job ([\d.]+) s, driver peak RSS (\d+) MB", err)
-    tasks = [dict(zip(("pid", "rows", "load", "encode", "task", "rss"),
-                      (int(a), int(b), float(c), float(d), float(e), int(f))))
-             for a, b, c, d, e, f in re.findall(
-                 r"task: pid (\d+) rows (\d+) load_s ([\d.]+) encode_s ([\d.]+) "
-                 r"task_s ([\d.]+) peak_rss_mb (\d+)", err)]
-    return {"cmd": " ".join(cmd[1:]), "wall": wall, "session": float(m.group(1)),
-            "job": float(m.group(2)), "driver_rss": int(m.group(3)), "tasks": tasks,
+    m = re.search(r"start ([\d.-]+) s, session ([\d.]+) s, ids ([\d.]+) s, job ([\d.]+) s, "
+                  r"driver peak RSS (\d+) MB", err)
+    if m is None:
+        sys.exit(f"no timing line from {' '.join(cmd)}:\n{err[-4000:]}")
+    keys = ("pid", "rows", "age", "load", "encode", "task", "threads", "loads", "rss")
+    tasks = [dict(zip(keys, (int(v[0]), int(v[1]), *map(float, v[2:6]), *map(int, v[6:]))))
+             for v in re.findall(
+                 r"task: pid (\d+) rows (\d+) age_s ([\d.-]+) load_s ([\d.]+) encode_s "
+                 r"([\d.]+) task_s ([\d.]+) threads (\d+) loads (\d+) peak_rss_mb (\d+)", err)]
+    start, session, ids, job, rss = m.groups()
+    return {"cmd": " ".join(cmd[1:]), "wall": wall, "start": float(start),
+            "session": float(session), "ids": float(ids), "job": float(job),
+            "driver_rss": int(rss), "tasks": tasks,
             "jvm_rss": max((mb for name, mb in peaks.values() if name == "java"), default=0)}
 
 

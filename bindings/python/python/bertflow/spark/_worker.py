@@ -21,6 +21,10 @@ from .. import _bertflow
 _ENCODERS = {}
 _CALIBRATORS = {}
 
+#: Models this worker process has loaded (``BERTFLOW_SPARK_STATS`` reports it:
+#: one per process, however many tasks the process runs).
+LOADS = [0]
+
 #: The prefix of a model shipped with ``SparkContext.addFile`` (see
 #: :func:`bertflow.spark.ship_model`).
 SPARKFILES = "sparkfiles:"
@@ -68,6 +72,7 @@ def encoder(model, pooling, max_len, threads, calibrator_bytes=None, allow_misma
                 "the cluster image), or shipped with bertflow.spark.ship_model"
             ) from None
         _ENCODERS[key] = enc
+        LOADS[0] += 1
     return enc
 
 
@@ -168,7 +173,8 @@ def encode_batches(batches, cfg):
 
     enc = None
     field = pa.field(cfg["output_col"], _vector_type())
-    clock = {"load": 0.0, "encode": 0.0, "rows": 0, "start": time.perf_counter()}
+    clock = {"load": 0.0, "encode": 0.0, "rows": 0, "start": time.perf_counter(),
+             "age": _process_age(), "loads0": LOADS[0]}
     for k, batch in enumerate(batches):
         name = cfg["text_col"]
         col = batch.column(name)
@@ -188,6 +194,7 @@ def encode_batches(batches, cfg):
                 enc = encoder(cfg["model"], cfg["pooling"], cfg["max_len"], cfg["threads"],
                               cfg.get("calibrator"), cfg.get("allow_mismatch", False))
                 clock["load"] += time.perf_counter() - t
+                clock["threads"] = enc.threads
             t = time.perf_counter()
             X = enc.encode(texts, batch_size=cfg["batch_size"])
             clock["encode"] += time.perf_counter() - t
@@ -200,21 +207,48 @@ def encode_batches(batches, cfg):
         if k == 0:
             maybe_fail(cfg.get("fail_once"))
     if cfg.get("log_stats"):
-        log_task(clock)
+        log_task(clock, cfg["log_stats"])
 
 
-def log_task(clock):
-    """One stderr line per task (``BERTFLOW_SPARK_STATS=1``, for benchmarks):
-    model load and encode seconds, rows, and the worker's peak RSS so far."""
+def _process_age():
+    """Seconds since this worker process started (its fork and imports, at the
+    first task), from /proc; -1 where there is no /proc."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            now = float(f.read().split()[0])
+        return now - start / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
+def log_task(clock, where):
+    """One line per task (``BERTFLOW_SPARK_STATS``, for benchmarks and tests)
+    on the executor's stderr (``1``) or appended to the file ``where`` names:
+    the worker's pid and age at the task's start (its fork and imports, for
+    its first task), model load and encode seconds, rows, the encoder's
+    threads, the models the task loaded (0 when its process had the model
+    already) and the process's peak RSS."""
     import resource
     import sys
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     total = time.perf_counter() - clock["start"]
-    sys.stderr.write(
-        f"bertflow.spark task: pid {os.getpid()} rows {clock['rows']} load_s {clock['load']:.2f} "
-        f"encode_s {clock['encode']:.2f} task_s {total:.2f} peak_rss_mb {rss:.0f}\n")
-    sys.stderr.flush()
+    line = (f"bertflow.spark task: pid {os.getpid()} rows {clock['rows']} age_s "
+            f"{clock['age']:.2f} load_s {clock['load']:.2f} encode_s {clock['encode']:.2f} "
+            f"task_s {total:.2f} threads {clock.get('threads', 0)} loads "
+            f"{LOADS[0] - clock['loads0']} peak_rss_mb {rss:.0f}\n")
+    if where == "1":
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return
+    # One short append per line: lines of concurrent workers do not interleave.
+    fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def stats_batches(batches, col):
