@@ -112,11 +112,13 @@ def spark_run(folder, master, pooling):
                   r"driver peak RSS (\d+) MB", err)
     if m is None:
         sys.exit(f"no timing line from {' '.join(cmd)}:\n{err[-4000:]}")
-    keys = ("pid", "rows", "age", "load", "encode", "task", "threads", "loads", "rss")
+    keys = ("pid", "rows", "age", "load", "encode", "task", "threads", "loads", "os_threads",
+            "pandas", "rss")
     tasks = [dict(zip(keys, (int(v[0]), int(v[1]), *map(float, v[2:6]), *map(int, v[6:]))))
              for v in re.findall(
                  r"task: pid (\d+) rows (\d+) age_s ([\d.-]+) load_s ([\d.]+) encode_s "
-                 r"([\d.]+) task_s ([\d.]+) threads (\d+) loads (\d+) peak_rss_mb (\d+)", err)]
+                 r"([\d.]+) task_s ([\d.]+) threads (\d+) loads (\d+) os_threads (-?\d+) "
+                 r"pandas (\d) peak_rss_mb (\d+)", err)]
     start, session, ids, job, rss = m.groups()
     return {"cmd": " ".join(cmd[1:]), "wall": wall, "start": float(start),
             "session": float(session), "ids": float(ids), "job": float(job),
