@@ -201,8 +201,9 @@ def report(n, rounds, warm, loads):
         rest = r["wall"] - r["start"] - r["session"] - r["ids"] - r["job"]
         print(f"- {master}: wall {r['wall']:.1f} s = Python start and imports {r['start']:.2f} s"
               f" + session (JVM) start {r['session']:.1f} s + ids {r['ids']:.2f} s + job "
-              f"{r['job']:.1f} s + exit {rest:.1f} s. The job: {len(t)} tasks in {len(pids)} worker processes (worker start and "
-              f"imports {statistics.mean(first.values()):.2f} s, model loads {len(load)} x "
+              f"{r['job']:.1f} s + exit {rest:.1f} s. The job: {len(t)} tasks in {len(pids)} "
+              f"worker processes (worker start and imports "
+              f"{statistics.mean(first.values()):.2f} s, model loads {len(load)} x "
               f"{statistics.mean(load) if load else 0:.2f} s, encoder threads "
               f"{sorted({x['threads'] for x in t})}, OS threads per worker "
               f"{sorted({x['os_threads'] for x in t})}, pandas imported in "
