@@ -30,6 +30,9 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
     || echo "could not install chromium: the browser tests will be skipped"
 fi
 cargo test --release --locked -p bertflow --test browser -- --ignored "$@"
+# The server's floods (issue 49's probes): every route refused or answered within 5 s,
+# /health within 1 s, bounded memory, SIGTERM within the shutdown timeout.
+scripts/soak.sh --floods
 scripts/python-env.sh
 scripts/ensure-java.sh
 .venv/bin/python -m pytest -q -m slow bindings/python/tests

@@ -138,6 +138,11 @@ pub struct ServeArgs {
     /// 413. bertflow's own routes always cut.
     #[arg(long, help_heading = "Server limits")]
     pub auto_truncate: bool,
+    /// The name the model is served under (TEI's --served-model-name): /info's
+    /// served_model_name and the "model" of /v1/embeddings and /v1/models [default: the
+    /// model id].
+    #[arg(long, value_name = "NAME")]
+    pub served_model_name: Option<String>,
     /// The model's prompt (a name in its config_sentence_transformers.json) before every
     /// text a request does not give a prompt_name for (TEI's name) [default: the model's
     /// default_prompt_name, if any].
@@ -201,6 +206,7 @@ impl ServeArgs {
             api_keys,
             log_inputs: self.log_inputs,
             auto_truncate: self.auto_truncate,
+            served_model_name: self.served_model_name.clone(),
         }
     }
 }

@@ -15,12 +15,13 @@ use crate::codes::{CodeEncoding, CodeValue, EncodingFormat};
 use crate::config::Limits;
 use crate::error::ApiError;
 use crate::index::cosine;
-use crate::inputs::{embed_pieces, finish_vector, keep_dimensions, parse_pieces, Piece};
+use crate::inputs::{finish_vector, keep_dimensions, parse_pieces, piece_text};
 use crate::metrics::Load;
 use crate::state::{
-    check_count, check_text, embed_texts, from_object, ApiJson, AppResult, AppState, Input,
-    JsonObject,
+    check_count, check_text, embed_inputs, embed_texts, from_object, ApiJson, AppResult, AppState,
+    Input, JsonObject,
 };
+use crate::truncation::Truncation;
 
 // ---------------------------------------------------------------------------
 // POST /v1/embeddings
@@ -115,7 +116,7 @@ pub(crate) async fn embeddings(
     }
     let keep = keep_dimensions(request.dimensions, state.info.dimension)?;
     let pieces = parse_pieces(request.input, "input", &state)?;
-    let texts: Vec<&str> = pieces.iter().map(Piece::as_text).collect();
+    let texts: Vec<&str> = pieces.iter().map(piece_text).collect();
     ctx.record(&texts, state.config.log_inputs);
     let pieces = crate::prompt::prompted_pieces(&state, pieces, request.prompt_name.as_deref())?;
     let format = request.encoding_format.unwrap_or_default();
@@ -127,7 +128,7 @@ pub(crate) async fn embeddings(
         keep,
         request.normalize,
     )?;
-    let embedded = embed_pieces(&state, pieces).await?;
+    let embedded = embed_inputs(&state, "input", pieces, Truncation::ALWAYS).await?;
 
     let prompt_tokens = embedded.iter().map(|e| e.tokens).sum();
     let truncated = embedded
@@ -175,7 +176,7 @@ pub(crate) async fn embeddings(
         object: "list",
         data,
         // The served model, whatever the request named.
-        model: state.info.model_id.clone(),
+        model: state.served_model_name().to_owned(),
         usage: Usage {
             prompt_tokens,
             total_tokens: prompt_tokens,
@@ -364,6 +365,9 @@ pub(crate) struct InfoResponse {
 pub(crate) struct TeiInfo {
     /// The served model (the same as `model`).
     model_id: String,
+    /// The name the model is served under (`serve --served-model-name`,
+    /// by default the model id): the `model` of OpenAI's answers.
+    served_model_name: String,
     /// Always null: bertflow does not track a Hub revision.
     model_sha: Option<String>,
     /// `float32`: the encoder computes in f32 (int8 kernels keep f32 outputs).
@@ -382,7 +386,7 @@ pub(crate) struct TeiInfo {
     max_client_batch_size: usize,
     /// Whether TEI's routes cut long inputs when a request does not say.
     auto_truncate: bool,
-    /// Batch workers.
+    /// Requests tokenized at once (`tokenization_workers`, or the batch workers).
     tokenization_workers: usize,
     /// bertflow's version.
     version: &'static str,
@@ -420,6 +424,7 @@ fn tei_info(state: &AppState) -> TeiInfo {
     };
     TeiInfo {
         model_id: info.model_id.clone(),
+        served_model_name: state.served_model_name().to_owned(),
         model_sha: None,
         model_dtype: "float32",
         model_type,
@@ -429,7 +434,7 @@ fn tei_info(state: &AppState) -> TeiInfo {
         max_batch_requests: Some(limits.max_batch_size),
         max_client_batch_size: limits.max_inputs_per_request,
         auto_truncate: state.config.auto_truncate,
-        tokenization_workers: limits.workers,
+        tokenization_workers: state.infer.tokenization_workers(),
         version: env!("CARGO_PKG_VERSION"),
         sha: None,
         docker_label: None,
@@ -473,7 +478,7 @@ pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Json<ModelsRes
     Json(ModelsResponse {
         object: "list",
         data: vec![ModelEntry {
-            id: state.info.model_id.clone(),
+            id: state.served_model_name().to_owned(),
             object: "model",
             created: state.started_unix,
             owned_by: "bertflow",
@@ -505,7 +510,7 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Json<InfoRespons
         search_method: state.index.as_ref().map(|i| i.method()),
         quantizer: state.backend.quantizer().map(|q| q.describe()),
         encoding_formats: crate::codes::formats(state.backend.quantizer()),
-        load: state.batcher.load(),
+        load: state.infer.load(),
         kernels: bertflow_core::encoder::tuning::current().map(|k| k.describe()),
         tei: tei_info(&state),
     })

@@ -40,11 +40,49 @@ pub struct BackendInfo {
 pub struct Embedded {
     /// The (calibrated) sentence vector; `BackendInfo::dimension` long.
     pub vector: Vec<f32>,
-    /// Tokens the model actually saw, special tokens included, i.e. after
-    /// truncation at `max_len`.
+    /// Tokens the model saw, special tokens included. The server answers
+    /// the length of the [`Encoding`] it passed (a backend may leave 0).
     pub tokens: usize,
-    /// Whether the input was cut at the model's maximum length.
+    /// Whether the input was cut at the model's maximum length. The server
+    /// answers the [`Encoding`]'s flag (a backend may leave false).
     pub truncated: bool,
+}
+
+/// One input as token ids, exactly as the model will see it: made once by
+/// [`EmbedBackend::encode`] on the server's tokenization workers (or given
+/// by the client as ids), cut at `max_len`, then passed in token batches to
+/// [`EmbedBackend::embed`], [`EmbedBackend::embed_all`] or
+/// [`EmbedBackend::predict`]. Its length is its cost in the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Encoding {
+    /// Token ids, special tokens included, 1 to `max_len` of them.
+    pub ids: Vec<u32>,
+    /// Token types, one per id (1 for the second text of a BERT pair);
+    /// empty means all 0.
+    pub type_ids: Vec<u32>,
+    /// Whether the input was cut at `max_len`.
+    pub truncated: bool,
+}
+
+impl Encoding {
+    /// Token ids used as they are (types 0, not cut).
+    pub fn of_ids(ids: Vec<u32>) -> Self {
+        Self {
+            ids,
+            type_ids: Vec::new(),
+            truncated: false,
+        }
+    }
+
+    /// Tokens: the input's cost in the queue and in a batch.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether it holds no token (never true of what the server passes).
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
 }
 
 /// One input as the model's tokenizer sees it, returned by
@@ -92,20 +130,27 @@ impl BackendError {
     }
 }
 
-/// A synchronous sentence-embedding model.
+/// A synchronous model: a sentence encoder or a classifier head
+/// (cross-encoder).
 ///
-/// The server never calls these methods on its async executor: `embed` runs
-/// on dedicated worker threads, `tokenize_len` on tokio's blocking pool, so
-/// an implementation may freely run blocking math. The trait is object safe
-/// and is used as `Arc<dyn EmbedBackend>`.
+/// Every input enters the server's one queue as token ids: texts are
+/// tokenized once by [`EmbedBackend::encode`] on the tokenization workers
+/// (tokio's blocking pool, a bounded number at a time), their cost known
+/// before any model work; the model itself only ever sees token batches,
+/// on dedicated worker threads ([`EmbedBackend::embed`],
+/// [`EmbedBackend::embed_all`], [`EmbedBackend::predict`]). No method runs
+/// on the async executor, so an implementation may freely block. The trait
+/// is object safe and is used as `Arc<dyn EmbedBackend>`.
 pub trait EmbedBackend: Send + Sync + 'static {
     /// Model description. Called once at start-up; must not change afterwards.
     fn info(&self) -> BackendInfo;
 
-    /// Number of tokens of `text`, special tokens included, *before*
-    /// truncation. Should be cheap (tokenisation only): the server uses it to
-    /// pack batches under a token budget (clamped to `max_len`).
-    fn tokenize_len(&self, text: &str) -> usize;
+    /// `text` (and, for a classifier, its `pair`) as the token ids the
+    /// model will see: special tokens included, cut on the right at
+    /// `max_len` (saying so in [`Encoding::truncated`]). Should be cheap
+    /// (tokenization only). An error is answered 422 (the input cannot be
+    /// tokenized). An embedding model is never given a pair.
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError>;
 
     /// `texts` with the prompt `prompt_name` (a name of the model's prompts;
     /// `None`: the server's default prompt, if any) before each, by
@@ -128,42 +173,48 @@ pub trait EmbedBackend: Send + Sync + 'static {
         }
     }
 
-    /// Embed a batch of texts in one forward pass. Must return exactly one
+    /// How many token ids the model knows: a client's token id at or above
+    /// it is answered 422 before it is queued. `None` (the default): not
+    /// checked here (the backend must then refuse such ids itself).
+    fn vocab_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// Embed a token batch in one call. Must return exactly one
     /// [`Embedded`] per input, in input order, each `dimension` long; the
     /// server answers 500 otherwise. A panic is caught and answered 500 too.
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError>;
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError>;
+
+    /// The last layer's vector of every token of each input, for TEI's
+    /// `POST /embed_all`: one `tokens x hidden` matrix per input, in order.
+    /// `None` (the default): not supported (424 on that route).
+    fn embed_all(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+        let _ = batch;
+        None
+    }
+
+    /// Raw classifier logits of each input of a token batch (a text or a
+    /// pair, as [`EmbedBackend::encode`] made it), one row per input, each
+    /// as long as `labels`. `None` (the default): this backend is not a
+    /// classifier.
+    fn predict(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
+        let _ = batch;
+        None
+    }
 
     /// The tokens of `text` as the model sees them (after truncation), for
     /// `POST /tokenize`. `None` (the default): this backend cannot show its
-    /// tokens, and `/tokenize` answers 501 `not_supported`. Runs on tokio's
-    /// blocking pool.
+    /// tokens, and `/tokenize` answers 501 `not_supported`. Runs on the
+    /// tokenization workers.
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         let _ = text;
-        None
-    }
-
-    /// Embed inputs given as the model's own token ids, used as they are (no
-    /// special tokens added; the server has checked that each has 1 to
-    /// `max_len` ids). One [`Embedded`] per input, in order. `None` (the
-    /// default): this backend takes text only. Runs on tokio's blocking pool.
-    fn embed_ids(&self, ids: &[Vec<u32>]) -> Option<Result<Vec<Embedded>, BackendError>> {
-        let _ = ids;
-        None
-    }
-
-    /// The last layer's vector of every token the model sees (special tokens
-    /// included, after truncation at `max_len`), for TEI's `POST /embed_all`:
-    /// one `tokens x hidden` matrix per input. `None` (the default): not
-    /// supported. Runs on tokio's blocking pool.
-    fn embed_all(&self, texts: &[String]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
-        let _ = texts;
         None
     }
 
     /// `text`'s tokens with their special flag and offsets, for TEI's
     /// `POST /tokenize`; without the special tokens unless
     /// `add_special_tokens`. `None` (the default): not supported. Runs on
-    /// tokio's blocking pool.
+    /// the tokenization workers.
     fn token_spans(
         &self,
         text: &str,
@@ -192,18 +243,6 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// vectors [`EmbedBackend::embed`] returns. `None` (the default): no
     /// stage, and those formats are refused.
     fn quantizer(&self) -> Option<&bertflow_core::quantize::Quantizer> {
-        None
-    }
-
-    /// Raw classifier logits for each (text, text_pair) input, one Vec per input (len = labels),
-    /// truncated at max_len when `truncate`, else an input over max_len is an error.
-    /// None: this backend is not a reranker.
-    fn predict(
-        &self,
-        inputs: &[(String, Option<String>)],
-        truncate: bool,
-    ) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
-        let _ = (inputs, truncate);
         None
     }
 }

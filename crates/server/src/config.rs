@@ -51,6 +51,10 @@ pub struct Limits {
     /// first).
     #[cfg_attr(feature = "clap", arg(skip = 1usize))]
     pub workers: usize,
+    /// Tokenization workers: requests tokenized at once (each input is tokenized once, before
+    /// it is admitted to the queue; other requests wait their turn). 0: as many as --workers.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().tokenization_workers, value_name = "N", help_heading = "Server limits"))]
+    pub tokenization_workers: usize,
     /// Largest `top_k` accepted by /search. More: 422 invalid_field.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Limits::default().max_top_k, value_name = "N", help_heading = "Server limits"))]
     pub max_top_k: usize,
@@ -89,6 +93,7 @@ impl Default for Limits {
             max_batch_tokens: 8192,
             max_batch_size: 64,
             workers: 1,
+            tokenization_workers: 0,
             max_top_k: 1000,
             max_connections: 512,
             header_timeout_ms: 10_000,
@@ -100,6 +105,15 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Tokenization workers: `tokenization_workers`, or `workers` for 0.
+    pub fn tokenizers(&self) -> usize {
+        if self.tokenization_workers == 0 {
+            self.workers.max(1)
+        } else {
+            self.tokenization_workers
+        }
+    }
+
     /// Check that every limit is usable.
     pub fn validate(&self) -> Result<(), ServerError> {
         let positive = [
@@ -172,6 +186,10 @@ pub struct ServerConfig {
     /// `truncate` (off by default, as in TEI: such an input is answered
     /// 413). bertflow's own routes always cut.
     pub auto_truncate: bool,
+    /// The name the model is served under (TEI's `--served-model-name`):
+    /// `GET /info`'s `served_model_name`, the `model` of `/v1/embeddings`
+    /// and `/v1/models`. `None`: the backend's model id.
+    pub served_model_name: Option<String>,
 }
 
 impl ServerConfig {

@@ -3,11 +3,15 @@
 //! a shutdown that waits for requests in progress at most
 //! `shutdown_timeout_ms`.
 //!
-//! * **Cap.** A semaphore holds one permit per open connection; at
-//!   `max_connections` the loop stops accepting and further clients wait in
-//!   the listen backlog until a connection closes. The open-file limit is
-//!   therefore never reached through clients (accept errors such as `EMFILE`
-//!   are logged and retried after a pause, never fatal).
+//! * **Cap and eviction.** A semaphore holds one permit per open connection.
+//!   A client that arrives at `max_connections`, or when accepting fails for
+//!   want of file descriptors (`EMFILE`, `ENFILE`), makes the server close the
+//!   oldest connection that has no request in progress (one that has not sent
+//!   a full request head, or an idle kept-alive one), as nginx and Apache's
+//!   reqtimeout do: half-sent heads cannot keep `/health` or a complete
+//!   request out. Only when every connection has a request in progress does
+//!   the newcomer wait for one to finish. Accept errors are logged and
+//!   retried, never fatal.
 //! * **Header timeout.** From the connection's start, and from the first byte
 //!   after an answer, the client has `header_timeout_ms` to complete a request
 //!   head; otherwise the connection is closed.
@@ -39,7 +43,7 @@ use axum::Router;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Limits;
 use crate::error::ApiError;
@@ -74,17 +78,10 @@ pub(crate) async fn serve_connections(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let registry = Registry::default();
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-        };
         let stream = tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -92,13 +89,35 @@ pub(crate) async fn serve_connections(
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     if !is_connection_error(&e) {
-                        // EMFILE, ENFILE, ENOMEM...: wait for resources to free.
-                        tracing::warn!(target: "bertflow_server::conn", error = %e, "accept failed; retrying in 50 ms");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // EMFILE, ENFILE, ENOMEM...: free a descriptor held by
+                        // a connection doing nothing, else wait for one.
+                        let evicted = registry.evict_oldest();
+                        tracing::warn!(target: "bertflow_server::conn", error = %e, evicted, "accept failed; retrying");
+                        let pause = if evicted { 5 } else { 50 };
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
                     }
                     continue;
                 }
             },
+        };
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // At the cap: make room by closing the oldest connection
+                // without a request in progress, or wait for one to end.
+                if registry.evict_oldest() {
+                    tracing::debug!(target: "bertflow_server::conn", "at the connection cap: closed the oldest connection without a request");
+                }
+                let permit = tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    permit = Arc::clone(&permits).acquire_owned() => permit,
+                };
+                match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                }
+            }
         };
         let _ = stream.set_nodelay(true);
         tokio::spawn(connection(
@@ -107,6 +126,7 @@ pub(crate) async fn serve_connections(
             limits,
             stop_rx.clone(),
             permit,
+            registry.clone(),
         ));
     }
     drop(listener);
@@ -115,6 +135,59 @@ pub(crate) async fn serve_connections(
     // `limits.shutdown` of the signal.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _ = permits.acquire_many(all).await;
+}
+
+/// The open connections, for eviction: each with what its timeouts look at
+/// and a way to close it.
+#[derive(Clone, Default)]
+struct Registry(Arc<Mutex<RegistryState>>);
+
+#[derive(Default)]
+struct RegistryState {
+    next: u64,
+    open: std::collections::HashMap<u64, (Shared, Arc<Notify>)>,
+}
+
+impl Registry {
+    fn add(&self, activity: &Shared) -> (u64, Arc<Notify>) {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        state.next += 1;
+        let id = state.next;
+        let evict = Arc::new(Notify::new());
+        state
+            .open
+            .insert(id, (Arc::clone(activity), Arc::clone(&evict)));
+        (id, evict)
+    }
+
+    fn remove(&self, id: u64) {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        state.open.remove(&id);
+    }
+
+    /// Close the connection without a request in progress that has waited
+    /// longest (for its request head, or idle); false when every connection
+    /// has a request in progress.
+    fn evict_oldest(&self) -> bool {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = state
+            .open
+            .iter()
+            .filter_map(|(&id, (activity, _))| {
+                let a = lock(activity);
+                (a.in_flight == 0).then(|| (a.reading_since.unwrap_or(a.idle_since), id))
+            })
+            .min();
+        match oldest {
+            Some((_, id)) => {
+                if let Some((_, evict)) = state.open.remove(&id) {
+                    evict.notify_one();
+                }
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 fn is_connection_error(e: &io::Error) -> bool {
@@ -180,9 +253,19 @@ async fn connection(
     router: Router,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permit: OwnedSemaphorePermit,
+    registry: Registry,
 ) {
     let activity: Shared = Arc::new(Mutex::new(Activity::new()));
+    let (id, evict) = registry.add(&activity);
+    // Leave the registry however the connection ends.
+    struct Leave(Registry, u64);
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            self.0.remove(self.1);
+        }
+    }
+    let _leave = Leave(registry, id);
     let io = TokioIo::new(Guarded {
         inner: stream,
         activity: Arc::clone(&activity),
@@ -233,6 +316,13 @@ async fn connection(
                 }
                 if deadline.is_some_and(|d| now >= d) {
                     tracing::warn!(target: "bertflow_server::conn", "shutdown timeout: dropping a connection with a request in progress");
+                    return;
+                }
+            }
+            () = evict.notified() => {
+                // A request may have begun since it was chosen: then it stays.
+                if lock(&activity).in_flight == 0 {
+                    tracing::debug!(target: "bertflow_server::conn", "evicted: a new client needs the slot");
                     return;
                 }
             }

@@ -21,6 +21,7 @@ use serde::Serialize;
 /// | `TooManyInputs` | 413 | `invalid_request_error` | `too_many_inputs` |
 /// | `InvalidField` | 422 | `invalid_request_error` | `invalid_field` |
 /// | `InputTooLong` | 422 | `invalid_request_error` | `input_too_long` |
+/// | `TooManyTokens` | 413 | `invalid_request_error` | `too_many_tokens` (TEI's routes without `truncate`) |
 /// | `Overloaded`, `OverloadedTokens` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
 /// | `Backend` | 500 | `server_error` | `backend_error` |
 /// | `Internal` | 500 | `server_error` | `internal_error` |
@@ -30,6 +31,7 @@ use serde::Serialize;
 /// | `UriTooLong` | 414 | `invalid_request_error` | `uri_too_long` |
 /// | `HeadersTooLarge` | 431 | `invalid_request_error` | `headers_too_large` |
 /// | `Unavailable` | 503 | `server_error` | `index_unavailable` (+ `Retry-After: 1`) |
+/// | `ShuttingDown` | 503 | `server_error` | `shutting_down` (+ `Retry-After: 1`) |
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     /// The body is not valid JSON.
@@ -90,6 +92,15 @@ pub enum ApiError {
         /// `max_chars_per_input`.
         limit: usize,
     },
+    /// An input is longer than the model's `max_len` tokens and the request
+    /// did not allow cutting it (TEI's routes without `truncate`).
+    #[error("{param} has more than the model's maximum of {max_len} tokens; send \"truncate\": true (or start the server with --auto-truncate)")]
+    TooManyTokens {
+        /// The offending input.
+        param: String,
+        /// The model's `max_len`.
+        max_len: usize,
+    },
     /// The queue cannot take the request's inputs now.
     #[error("server overloaded: the queue holds {queued} of at most {limit} inputs and cannot take {requested} more; retry later")]
     Overloaded {
@@ -134,6 +145,10 @@ pub enum ApiError {
     /// The request head (headers) is larger than the HTTP layer accepts.
     #[error("the request headers are too large")]
     HeadersTooLarge,
+    /// The server is shutting down: it finishes what it admitted and takes
+    /// nothing new.
+    #[error("the server is shutting down and takes no new work; retry on another instance")]
+    ShuttingDown,
     /// The search index cannot be read now (e.g. its file changed under the
     /// server); retried on the next request.
     #[error("the search index is unavailable: {0}")]
@@ -176,6 +191,7 @@ impl ApiError {
             TooManyInputs { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "too_many_inputs"),
             InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_field"),
             InputTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "input_too_long"),
+            TooManyTokens { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "too_many_tokens"),
             Overloaded { .. } | OverloadedTokens { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_error",
@@ -205,14 +221,19 @@ impl ApiError {
                 "server_error",
                 "index_unavailable",
             ),
+            ShuttingDown => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "shutting_down",
+            ),
         }
     }
 
     fn param(&self) -> Option<&str> {
         match self {
-            ApiError::EmptyInput { param, .. } | ApiError::InputTooLong { param, .. } => {
-                Some(param)
-            }
+            ApiError::EmptyInput { param, .. }
+            | ApiError::InputTooLong { param, .. }
+            | ApiError::TooManyTokens { param, .. } => Some(param),
             ApiError::InvalidField { param, .. } => param.as_deref(),
             _ => None,
         }

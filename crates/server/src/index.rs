@@ -4,8 +4,8 @@ use ndarray::Array2;
 use serde::Serialize;
 
 use crate::backend::EmbedBackend;
-use crate::batcher::{embed_checked, plan_batches};
 use crate::error::ServerError;
+use crate::queue::{embed_checked, plan_batches};
 
 /// Cosine similarity computed in f64; 0 when either vector is zero.
 pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -138,13 +138,12 @@ pub(crate) struct CorpusIndex {
 }
 
 impl CorpusIndex {
-    /// Embed `texts` through `backend` in batches under the token budget.
-    /// Blocking: call it from a blocking thread.
+    /// Embed `texts` through `backend` (tokenized once, cut at `max_len`) in
+    /// batches under the token budget. Blocking: call it from a blocking thread.
     pub(crate) fn build(
         backend: &dyn EmbedBackend,
         texts: Vec<String>,
         dimension: usize,
-        max_len: usize,
         max_batch_tokens: usize,
         max_batch_size: usize,
     ) -> Result<Self, ServerError> {
@@ -152,13 +151,19 @@ impl CorpusIndex {
         let prompted = backend
             .prompted(texts.clone(), None)
             .map_err(ServerError::Corpus)?;
-        let costs: Vec<usize> = prompted
+        let encodings = prompted
             .iter()
-            .map(|t| backend.tokenize_len(t).min(max_len))
-            .collect();
+            .enumerate()
+            .map(|(i, t)| {
+                backend.encode(t, None).map_err(|e| {
+                    ServerError::Corpus(format!("corpus sentence {i} cannot be tokenized: {e}"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let costs: Vec<usize> = encodings.iter().map(|e| e.len()).collect();
         let mut vectors = Array2::<f32>::zeros((texts.len(), dimension));
         for range in plan_batches(&costs, max_batch_tokens, max_batch_size) {
-            let embedded = embed_checked(backend, &prompted[range.clone()], dimension)
+            let embedded = embed_checked(backend, &encodings[range.clone()], dimension)
                 .map_err(ServerError::Corpus)?;
             for (row, e) in range.zip(embedded) {
                 for (slot, x) in vectors.row_mut(row).iter_mut().zip(unit(&e.vector)) {

@@ -2,40 +2,30 @@
 //! `inputs`, OpenAI's `input`), how they are embedded, and what is done to
 //! the vectors afterwards (a `dimensions` prefix, L2 normalisation).
 
-use std::sync::Arc;
-
 use serde_json::Value;
 
-use crate::backend::Embedded;
 use crate::error::ApiError;
-use crate::state::{check_count, check_text, embed_texts, kind_of, AppState};
+pub(crate) use crate::infer::Input as Piece;
+use crate::state::{check_count, check_text, kind_of, AppState};
 
-/// One input: a text, or token ids used as they are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Piece {
-    Text(String),
-    Ids(Vec<u32>),
-}
-
-impl Piece {
-    pub(crate) fn as_text(&self) -> &str {
-        match self {
-            Piece::Text(t) => t,
-            Piece::Ids(_) => "<token ids>",
-        }
+/// What the request log shows of an input.
+pub(crate) fn piece_text(piece: &Piece) -> &str {
+    match piece {
+        Piece::Text(t) | Piece::Pair(t, _) => t,
+        Piece::Ids(_) => "<token ids>",
     }
 }
 
 /// `field` as a string, an array of token ids, or an array of strings and
 /// arrays of token ids. Empty: 400; over `max_inputs_per_request`: 413; a
-/// text too long or an id list longer than `max_len`: 422.
+/// text over `max_chars_per_input`: 422. (An id list longer than `max_len`
+/// is cut or refused after parsing, as the request's truncation says.)
 pub(crate) fn parse_pieces(
     value: Value,
     field: &str,
     state: &AppState,
 ) -> Result<Vec<Piece>, ApiError> {
     let max_chars = state.config.limits.max_chars_per_input;
-    let max_len = state.info.max_len;
     match value {
         Value::String(text) => {
             check_text(&text, field, max_chars)?;
@@ -46,7 +36,7 @@ pub(crate) fn parse_pieces(
                 return Err(ApiError::empty(field, format!("{field} is an empty array")));
             }
             if items.iter().all(Value::is_number) {
-                return Ok(vec![Piece::Ids(ids_of(items, field, max_len)?)]);
+                return Ok(vec![Piece::Ids(ids_of(items, field)?)]);
             }
             check_count(items.len(), &state.config)?;
             items
@@ -59,7 +49,7 @@ pub(crate) fn parse_pieces(
                             check_text(&text, &param, max_chars)?;
                             Ok(Piece::Text(text))
                         }
-                        Value::Array(ids) => Ok(Piece::Ids(ids_of(ids, &param, max_len)?)),
+                        Value::Array(ids) => Ok(Piece::Ids(ids_of(ids, &param)?)),
                         other => Err(ApiError::invalid(
                             Some(&param),
                             format!(
@@ -81,19 +71,10 @@ pub(crate) fn parse_pieces(
     }
 }
 
-/// Token ids: non-negative integers that fit in u32, 1 to `max_len` of them.
-fn ids_of(items: Vec<Value>, param: &str, max_len: usize) -> Result<Vec<u32>, ApiError> {
+/// Token ids: non-negative integers that fit in u32, at least one.
+fn ids_of(items: Vec<Value>, param: &str) -> Result<Vec<u32>, ApiError> {
     if items.is_empty() {
         return Err(ApiError::empty(param, format!("{param} is an empty array")));
-    }
-    if items.len() > max_len {
-        return Err(ApiError::invalid(
-            Some(param),
-            format!(
-                "{param} has {} token ids, more than the model's maximum of {max_len}",
-                items.len()
-            ),
-        ));
     }
     items
         .iter()
@@ -107,69 +88,6 @@ fn ids_of(items: Vec<Value>, param: &str, max_len: usize) -> Result<Vec<u32>, Ap
                         format!("{param}[{k}] must be a token id (an integer from 0 to 4294967295), got {v}"),
                     )
                 })
-        })
-        .collect()
-}
-
-/// Embed pieces in order: texts through the batcher, token ids through the
-/// backend's `embed_ids` (501 where it has none).
-pub(crate) async fn embed_pieces(
-    state: &Arc<AppState>,
-    pieces: Vec<Piece>,
-) -> Result<Vec<Embedded>, ApiError> {
-    let n = pieces.len();
-    let mut texts = Vec::new();
-    let mut ids = Vec::new();
-    let mut slots = Vec::with_capacity(n);
-    for piece in pieces {
-        match piece {
-            Piece::Text(t) => {
-                slots.push((true, texts.len()));
-                texts.push(t);
-            }
-            Piece::Ids(v) => {
-                slots.push((false, ids.len()));
-                ids.push(v);
-            }
-        }
-    }
-    let from_ids = if ids.is_empty() {
-        Vec::new()
-    } else {
-        let backend = Arc::clone(&state.backend);
-        let count = ids.len();
-        let out = tokio::task::spawn_blocking(move || backend.embed_ids(&ids))
-            .await
-            .map_err(|e| ApiError::Internal(format!("embedding token ids failed: {e}")))?
-            .ok_or_else(|| {
-                ApiError::NotSupported("this model takes text only, not token ids".into())
-            })?
-            .map_err(|e| ApiError::Backend(e.message))?;
-        if out.len() != count || out.iter().any(|e| e.vector.len() != state.info.dimension) {
-            return Err(ApiError::Backend(format!(
-                "the backend returned {} vectors for {count} token-id inputs, or vectors of the wrong length",
-                out.len()
-            )));
-        }
-        out
-    };
-    let from_texts = if texts.is_empty() {
-        Vec::new()
-    } else {
-        embed_texts(state, texts).await?
-    };
-    let mut from_texts = from_texts.into_iter().map(Some).collect::<Vec<_>>();
-    let mut from_ids = from_ids.into_iter().map(Some).collect::<Vec<_>>();
-    slots
-        .into_iter()
-        .map(|(text, k)| {
-            let slot = if text {
-                from_texts.get_mut(k)
-            } else {
-                from_ids.get_mut(k)
-            };
-            slot.and_then(Option::take)
-                .ok_or_else(|| ApiError::Internal("an input lost its vector".into()))
         })
         .collect()
 }

@@ -125,17 +125,21 @@
 //!
 //! ## Batching, back-pressure, shutdown
 //!
-//! Inputs of concurrent requests are packed into one [`EmbedBackend::embed`]
-//! call up to [`Limits::max_batch_tokens`] (token counts from
-//! [`EmbedBackend::tokenize_len`] clamped to `max_len`) and
+//! Every route that runs the model enters one queue: each input is tokenized
+//! once ([`EmbedBackend::encode`], on the tokenization workers), admitted by
+//! tokens, and run in token batches ([`EmbedBackend::embed`],
+//! [`EmbedBackend::embed_all`], [`EmbedBackend::predict`]) of inputs of
+//! similar length, up to [`Limits::max_batch_tokens`] and
 //! [`Limits::max_batch_size`]; larger requests are split across batches
 //! and reassembled in order. The queue holds at most
 //! [`Limits::max_queue_inputs`] waiting inputs and
 //! [`Limits::max_queue_tokens`] waiting tokens; a request that does not
-//! fit is answered 429 at once (with `Retry-After: 1`). On shutdown the
-//! server stops accepting connections, answers every request already received
-//! (queued ones included), drops connections whose request is still arriving
-//! after [`Limits::shutdown_timeout_ms`], stops its workers and returns.
+//! fit is answered 429 at once (with `Retry-After: 1`). A request whose
+//! client goes away leaves the queue. On shutdown the server stops accepting
+//! connections and admitting work (503), answers every request already
+//! admitted (queued ones included), drops connections whose request is still
+//! arriving after [`Limits::shutdown_timeout_ms`], stops its workers (waiting
+//! for a running batch only until that timeout) and returns.
 //!
 //! ## Connections
 //!
@@ -152,12 +156,12 @@ mod access;
 mod api;
 mod auth;
 mod backend;
-mod batcher;
 mod codes;
 mod config;
 mod conn;
 mod error;
 mod index;
+mod infer;
 mod inputs;
 mod logging;
 #[cfg(feature = "model")]
@@ -167,6 +171,7 @@ mod metrics;
 pub mod model;
 mod openapi;
 mod prompt;
+mod queue;
 mod rerank;
 #[cfg(feature = "model")]
 pub mod rerank_model;
@@ -176,6 +181,7 @@ mod state;
 mod tei;
 mod tei_error;
 mod tools;
+mod truncation;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -184,7 +190,7 @@ use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
 pub use backend::{
-    BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, TokenSpan, Tokenized,
+    BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind, TokenSpan, Tokenized,
 };
 pub use config::{Limits, ServerConfig};
 pub use error::{ApiError, ServerError};
@@ -193,8 +199,8 @@ pub use logging::{init_logging, LogFormat};
 pub use metrics::Load;
 pub use openapi::openapi_document;
 
-use batcher::{BatchLimits, Batcher};
 use index::CorpusIndex;
+use queue::{Queue, QueueLimits};
 use state::AppState;
 
 /// Serve on `listener` until `shutdown` completes, then stop accepting,
@@ -211,19 +217,42 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let state = start(backend, config).await?;
     let limits = conn::ConnLimits::from_limits(&state.config.limits);
+    // On the signal: admit nothing more (503), then let the connection
+    // layer finish what was admitted within the shutdown timeout.
+    let signalled = Arc::new(std::sync::Mutex::new(None));
+    let stopping = Arc::clone(&state);
+    let when = Arc::clone(&signalled);
+    let shutdown = async move {
+        shutdown.await;
+        *when.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+        stopping.infer.stop_admitting();
+    };
     conn::serve_connections(listener, guarded_router(&state, true), limits, shutdown).await;
 
-    // Every connection is closed, so every request has been answered: the
-    // queue is empty. Stop the workers and wait for them.
+    // Every connection is closed, so no one waits for an answer: the queue
+    // is empty (a dropped request leaves it). Stop the workers and wait for
+    // the batch they may be running, until the shutdown timeout has passed.
+    let since = signalled
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::time::Instant::now);
+    let left = limits
+        .shutdown
+        .saturating_sub(since.elapsed())
+        .max(std::time::Duration::from_millis(100));
     let stopping = Arc::clone(&state);
-    let joined = tokio::task::spawn_blocking(move || stopping.batcher.shutdown()).await;
-    joined.map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+    let joined = tokio::task::spawn_blocking(move || stopping.infer.shutdown());
+    if let Ok(joined) = tokio::time::timeout(left, joined).await {
+        joined.map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+    } else {
+        tracing::warn!(target: "bertflow_server", "shutdown timeout: a worker is still running a batch; leaving it");
+    }
     Ok(())
 }
 
 /// The server without a listener: its router, to drive requests through
 /// in-process (`tower::ServiceExt::oneshot`), e.g. in tests and fuzzing.
-/// The batcher's workers run until [`App::shutdown`] (or the process ends).
+/// The queue's workers run until [`App::shutdown`] (or the process ends).
 pub struct App {
     state: Arc<AppState>,
 }
@@ -245,9 +274,9 @@ impl App {
         guarded_router(&self.state, false)
     }
 
-    /// Stops the batcher's workers (requests still queued are answered first).
+    /// Stops the queue's workers (requests still queued are answered first).
     pub fn shutdown(&self) {
-        self.state.batcher.shutdown();
+        self.state.infer.shutdown();
     }
 }
 
@@ -264,7 +293,7 @@ fn guarded_router(state: &Arc<AppState>, timeout: bool) -> axum::Router {
     ))
 }
 
-/// Validates, embeds the corpus and starts the batcher: the state `serve` serves.
+/// Validates, embeds the corpus and starts the queue: the state `serve` serves.
 async fn start(
     backend: Arc<dyn EmbedBackend>,
     mut config: ServerConfig,
@@ -282,10 +311,10 @@ async fn start(
         match (config.corpus.take(), config.search_index.take()) {
             (Some(corpus), _) => {
                 let backend = Arc::clone(&backend);
-                let (dimension, max_len) = (info.dimension, info.max_len);
+                let dimension = info.dimension;
                 let (tokens, size) = (config.limits.max_batch_tokens, config.limits.max_batch_size);
                 let built = tokio::task::spawn_blocking(move || {
-                    CorpusIndex::build(backend.as_ref(), corpus, dimension, max_len, tokens, size)
+                    CorpusIndex::build(backend.as_ref(), corpus, dimension, tokens, size)
                 })
                 .await
                 .map_err(|e| ServerError::Corpus(format!("indexing task failed: {e}")))??;
@@ -310,10 +339,11 @@ async fn start(
             .as_ref()
             .map_or(0, |i| i64::try_from(i.len()).unwrap_or(i64::MAX)),
     );
-    let batcher = Batcher::start(
+    let queue = Queue::start(
         Arc::clone(&backend),
         info.dimension,
-        BatchLimits {
+        info.labels.len(),
+        QueueLimits {
             max_batch_tokens: config.limits.max_batch_tokens,
             max_batch_size: config.limits.max_batch_size,
             max_queue_inputs: config.limits.max_queue_inputs,
@@ -322,11 +352,18 @@ async fn start(
         config.limits.workers,
         Arc::clone(&metrics),
     )?;
+    let infer = infer::Infer::new(
+        queue,
+        Arc::clone(&backend),
+        config.limits.tokenizers(),
+        info.max_len,
+        Arc::clone(&metrics),
+    );
     Ok(Arc::new(AppState {
         backend,
         info,
         config,
-        batcher,
+        infer,
         index,
         metrics,
         request_ids: state::RequestIds::default(),
@@ -382,14 +419,18 @@ pub fn run_on(
         .enable_all()
         .thread_name("bertflow-http")
         .build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
         eprintln!(
             "bertflow-server listening on http://{}",
             listener.local_addr()?
         );
         serve(backend, config, listener, shutdown_signal()).await
-    })
+    });
+    // Tokenization still running for a client that is gone must not keep
+    // the process: dropping the runtime would wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    result
 }
 
 /// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM. A signal whose handler

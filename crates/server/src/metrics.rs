@@ -15,8 +15,13 @@ use serde::Serialize;
 pub struct Load {
     /// Inputs queued and not yet taken by a worker.
     pub queued_inputs: usize,
+    /// Their tokens (what `max_queue_tokens` bounds).
+    pub queued_tokens: usize,
     /// Requests with at least one input not yet taken by a worker.
     pub queued_requests: usize,
+    /// Inputs of admitted requests still being tokenized (they count
+    /// against `max_queue_inputs`).
+    pub tokenizing_inputs: usize,
     /// Workers currently running a batch.
     pub busy_workers: usize,
     /// Batches run since start-up.
@@ -49,12 +54,24 @@ pub(crate) struct Metrics {
     pub batch_size: Histogram,
     /// `bertflow_batch_tokens`: tokens (clamped to max_len) per backend call.
     pub batch_tokens: Histogram,
+    /// `bertflow_batch_padding_tokens_total`: tokens a padded forward pass
+    /// would add to the batches run (longest input x inputs, less their sum).
+    pub padding: IntCounter,
+    /// `bertflow_batch_tokens_total`: tokens of the batches run.
+    pub tokens: IntCounter,
+    /// `bertflow_requests_cancelled_total`: requests whose client went away
+    /// while they were queued (their inputs left the queue unrun).
+    pub cancelled: IntCounter,
     /// `bertflow_search_duration_seconds`: the index lookup of one query (after embedding).
     pub search: Histogram,
     /// `bertflow_queue_inputs`: inputs waiting for a worker (set at each scrape).
     queue_inputs: IntGauge,
     /// `bertflow_queue_requests`: requests waiting for a worker (set at each scrape).
     queue_requests: IntGauge,
+    /// `bertflow_queue_tokens`: tokens waiting for a worker (set at each scrape).
+    queue_tokens: IntGauge,
+    /// `bertflow_tokenizing_inputs`: inputs being tokenized (set at each scrape).
+    tokenizing: IntGauge,
     /// `bertflow_busy_workers`: workers running a batch (set at each scrape).
     busy_workers: IntGauge,
     /// `bertflow_corpus_size`: sentences in the search index (0 without one).
@@ -111,6 +128,31 @@ impl Metrics {
             .buckets(TOKEN_BUCKETS.to_vec()),
         )
         .map_err(metric_error)?;
+        let padding = IntCounter::new(
+            "bertflow_batch_padding_tokens_total",
+            "Padding a padded forward pass would add to the batches run (longest input times inputs, less their tokens)",
+        )
+        .map_err(metric_error)?;
+        let tokens = IntCounter::new(
+            "bertflow_batch_tokens_total",
+            "Tokens of the batches run (padding_tokens_total / tokens_total is the padding waste)",
+        )
+        .map_err(metric_error)?;
+        let cancelled = IntCounter::new(
+            "bertflow_requests_cancelled_total",
+            "Requests whose client went away while they were queued",
+        )
+        .map_err(metric_error)?;
+        let queue_tokens = IntGauge::new(
+            "bertflow_queue_tokens",
+            "Tokens queued and not yet taken by a worker",
+        )
+        .map_err(metric_error)?;
+        let tokenizing = IntGauge::new(
+            "bertflow_tokenizing_inputs",
+            "Inputs of admitted requests being tokenized",
+        )
+        .map_err(metric_error)?;
         let search = Histogram::with_opts(
             HistogramOpts::new(
                 "bertflow_search_duration_seconds",
@@ -144,6 +186,11 @@ impl Metrics {
             Box::new(batch_size.clone()),
             Box::new(batch_tokens.clone()),
             Box::new(search.clone()),
+            Box::new(padding.clone()),
+            Box::new(tokens.clone()),
+            Box::new(cancelled.clone()),
+            Box::new(queue_tokens.clone()),
+            Box::new(tokenizing.clone()),
             Box::new(queue_inputs.clone()),
             Box::new(queue_requests.clone()),
             Box::new(busy_workers.clone()),
@@ -161,23 +208,32 @@ impl Metrics {
             batch_size,
             batch_tokens,
             search,
+            padding,
+            tokens,
+            cancelled,
             queue_inputs,
             queue_requests,
+            queue_tokens,
+            tokenizing,
             busy_workers,
             corpus_size,
         })
     }
 
     /// Record one batch handed to the backend.
-    pub(crate) fn observe_batch(&self, size: usize, tokens: usize) {
+    pub(crate) fn observe_batch(&self, size: usize, tokens: usize, padding: usize) {
         self.batch_size.observe(size as f64);
         self.batch_tokens.observe(tokens as f64);
+        self.tokens.inc_by(tokens as u64);
+        self.padding.inc_by(padding as u64);
     }
 
     /// The text exposition of every metric, with the queue gauges taken from `load`.
     pub(crate) fn render(&self, load: Load) -> Result<String, String> {
         self.queue_inputs.set(gauge(load.queued_inputs));
         self.queue_requests.set(gauge(load.queued_requests));
+        self.queue_tokens.set(gauge(load.queued_tokens));
+        self.tokenizing.set(gauge(load.tokenizing_inputs));
         self.busy_workers.set(gauge(load.busy_workers));
         let mut buffer = Vec::new();
         TextEncoder::new()

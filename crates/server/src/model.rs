@@ -11,7 +11,7 @@ use bertflow_core::index::Identity;
 use bertflow_core::Pipeline;
 
 use crate::backend::{
-    BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, TokenSpan, Tokenized,
+    BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind, TokenSpan, Tokenized,
 };
 pub use crate::mapped::{IndexOptions, MappedIndex};
 
@@ -21,7 +21,7 @@ pub struct ModelBackend {
     opts: EncodeOptions,
     info: BackendInfo,
     identity: Identity,
-    /// The pooling as the encoder runs it, for token-id inputs; built on first use.
+    /// The pooling as the encoder runs it on token batches; built on first use.
     ids_source: OnceLock<Result<PoolSource, String>>,
 }
 
@@ -67,13 +67,37 @@ impl EmbedBackend for ModelBackend {
         self.info.clone()
     }
 
-    fn tokenize_len(&self, text: &str) -> usize {
-        // A text the tokenizer refuses costs a full sequence; `embed` then reports the error.
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError> {
+        if pair.is_some() {
+            return Err(BackendError::new(
+                "an embedding model takes one text per input, not a pair",
+            ));
+        }
+        // Exactly what the pipeline feeds the model: [CLS] ... [SEP], cut at
+        // max_len (for `st`, lowercased and cut where its directory says).
+        let (ids, truncated) = self
+            .pipeline
+            .tokenize(text)
+            .map_err(|e| BackendError::new(format!("tokenisation failed: {}", e.chain())))?;
+        Ok(Encoding {
+            ids,
+            type_ids: Vec::new(),
+            truncated,
+        })
+    }
+
+    fn prompted(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>, String> {
         self.pipeline
-            .encoder()
-            .tokenizer()
-            .encode_prefix(text, self.info.max_len, false)
-            .map_or(self.info.max_len, |ids| ids.len().min(self.info.max_len))
+            .prompt_texts(texts, prompt_name)
+            .map_err(|e| e.chain())
+    }
+
+    fn vocab_size(&self) -> Option<usize> {
+        Some(self.pipeline.encoder().tokenizer().vocab_size())
     }
 
     fn quantizer(&self) -> Option<&bertflow_core::quantize::Quantizer> {
@@ -108,47 +132,29 @@ impl EmbedBackend for ModelBackend {
         Some(tokenized)
     }
 
-    fn prompted(
-        &self,
-        texts: Vec<String>,
-        prompt_name: Option<&str>,
-    ) -> Result<Vec<String>, String> {
-        self.pipeline
-            .prompt_texts(texts, prompt_name)
-            .map_err(|e| e.chain())
-    }
-
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
-        let out = self
-            .pipeline
-            .embed_batch(texts, &self.opts)
-            .map_err(|e| BackendError::new(format!("encoding failed: {e}")))?;
-        self.calibrated(out, texts.len())
-    }
-
-    fn embed_ids(&self, ids: &[Vec<u32>]) -> Option<Result<Vec<Embedded>, BackendError>> {
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
         let source = self
             .ids_source
-            .get_or_init(|| self.pipeline.ids_source().map_err(|e| e.chain()));
-        Some(match source {
-            Ok(source) => self
-                .pipeline
-                .embed_ids(source, ids, &self.opts)
-                .map_err(|e| BackendError::new(format!("encoding failed: {}", e.chain())))
-                .and_then(|out| self.calibrated(out, ids.len())),
-            Err(e) => Err(BackendError::new(e.clone())),
-        })
+            .get_or_init(|| self.pipeline.ids_source().map_err(|e| e.chain()))
+            .as_ref()
+            .map_err(|e| BackendError::new(e.clone()))?;
+        let ids: Vec<Vec<u32>> = batch.iter().map(|e| e.ids.clone()).collect();
+        let out = self
+            .pipeline
+            .embed_ids(source, &ids, &self.opts)
+            .map_err(|e| BackendError::new(format!("encoding failed: {}", e.chain())))?;
+        self.calibrated(out, batch.len())
     }
 
-    fn embed_all(&self, texts: &[String]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+    fn embed_all(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
         Some(
-            texts
+            batch
                 .iter()
-                .map(|t| {
+                .map(|e| {
                     self.pipeline
-                        .token_states(t)
-                        .map(|(states, _)| states)
-                        .map_err(|e| BackendError::new(format!("encoding failed: {}", e.chain())))
+                        .encoder()
+                        .token_states(&e.ids)
+                        .map_err(|e| BackendError::new(format!("encoding failed: {e}")))
                 })
                 .collect(),
         )

@@ -16,9 +16,11 @@ use serde_json::Value;
 use crate::access::Ctx;
 use crate::backend::ModelKind;
 use crate::error::ApiError;
+use crate::infer::Input;
+use crate::queue::{Output, Task};
 use crate::state::{check_count, check_text, from_object, kind_of, AppState};
-use crate::tei::{Truncation, TruncationDirection};
 use crate::tei_error::{TeiBody, TeiError};
+use crate::truncation::{Truncation, TruncationDirection};
 
 type Pair = (String, Option<String>);
 
@@ -93,7 +95,11 @@ pub(crate) async fn rerank_value(
         .chain(request.texts.iter().map(String::as_str))
         .collect();
     ctx.record(&all, state.config.log_inputs);
-    let truncation = Truncation::of(state, request.truncate, request.truncation_direction);
+    let truncation = Truncation::of(
+        state.config.auto_truncate,
+        request.truncate,
+        request.truncation_direction,
+    );
     let pairs: Vec<Pair> = request
         .texts
         .iter()
@@ -186,7 +192,11 @@ pub(crate) async fn predict(
         .flat_map(|(a, b)| std::iter::once(a.as_str()).chain(b.as_deref()))
         .collect();
     ctx.record(&all, state.config.log_inputs);
-    let truncation = Truncation::of(&state, request.truncate, request.truncation_direction);
+    let truncation = Truncation::of(
+        state.config.auto_truncate,
+        request.truncate,
+        request.truncation_direction,
+    );
     let logits = run_predict(&state, inputs, truncation).await?;
     let labels = &state.info.labels;
     let mut out: Vec<Vec<Prediction>> = logits
@@ -268,72 +278,33 @@ fn parse_predict_inputs(value: Value) -> Result<(Vec<Pair>, bool), TeiError> {
     }
 }
 
-/// Run the classifier on the blocking pool: one logit row per input, each as
-/// long as the labels. Inputs over `max_len` are refused first (413) unless
-/// truncated, and refused (422) when they ask to cut on the left.
+/// Run the classifier through the queue: one logit row per input, each as
+/// long as the labels. Inputs over `max_len` are refused (413) unless
+/// truncated, and refused (422) when they ask to cut on the left, right
+/// after tokenizing.
 async fn run_predict(
     state: &Arc<AppState>,
     inputs: Vec<Pair>,
     truncation: Truncation,
 ) -> Result<Vec<Vec<f32>>, TeiError> {
-    state.batcher.check_room(inputs.len())?;
-    let backend = Arc::clone(&state.backend);
-    let max_len = state.info.max_len;
-    let count = inputs.len();
-    let (long, out) = tokio::task::spawn_blocking(move || {
-        // Tokens of a BERT pair: [CLS] a [SEP] b [SEP], i.e. both counts less one.
-        let long = inputs.iter().position(|(a, b)| {
-            let single = backend.tokenize_len(a);
-            match b {
-                None => backend
-                    .tokenize(a)
-                    .and_then(Result::ok)
-                    .is_some_and(|t| t.truncated),
-                Some(b) => (single + backend.tokenize_len(b)).saturating_sub(1) > max_len,
-            }
-        });
-        let out = match long {
-            Some(_)
-                if !truncation.truncate || truncation.direction == TruncationDirection::Left =>
-            {
-                None
-            }
-            _ => backend.predict(&inputs, truncation.truncate),
-        };
-        (long, out)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("the classifier task failed: {e}")))?;
-    if let Some(i) = long {
-        let cut = Truncation {
-            truncate: truncation.truncate,
-            direction: truncation.direction,
-        };
-        let seen: Vec<crate::backend::Embedded> = (0..=i)
-            .map(|k| crate::backend::Embedded {
-                vector: Vec::new(),
-                tokens: 0,
-                truncated: k == i,
-            })
-            .collect();
-        cut.check(&seen, max_len)?;
-    }
-    let out = out
-        .ok_or_else(|| TeiError::backend("this backend has no classifier head"))?
-        .map_err(|e| TeiError::backend(e.message))?;
-    let labels = state.info.labels.len();
-    if out.len() != count || out.iter().any(|row| row.len() != labels) {
-        return Err(TeiError::backend(format!(
-            "the classifier returned {} rows for {count} inputs, or rows that are not {labels} long",
-            out.len()
-        )));
-    }
-    if out.iter().flatten().any(|x| !x.is_finite()) {
-        return Err(TeiError::backend(
-            "the classifier returned a score that is not finite",
-        ));
-    }
-    Ok(out)
+    let inputs = inputs
+        .into_iter()
+        .map(|(a, b)| match b {
+            Some(b) => Input::Pair(a, b),
+            None => Input::Text(a),
+        })
+        .collect();
+    let outputs = state
+        .infer
+        .run(Task::Predict, "inputs", inputs, truncation)
+        .await?;
+    outputs
+        .into_iter()
+        .map(|output| match output {
+            Output::Logits(row) => Ok(row),
+            _ => Err(TeiError::backend("the queue answered another task")),
+        })
+        .collect()
 }
 
 fn sigmoid(x: f32) -> f32 {

@@ -3,9 +3,11 @@
 //! `/rerank` and `/predict`. Asked to embed, it answers that it is a
 //! reranker (the embedding routes turn that into TEI's error).
 
+use bertflow_core::encoder::head::{PairTokens, Truncation};
+use bertflow_core::encoder::EncoderError;
 use bertflow_core::rerank::Reranker;
 
-use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind};
+use crate::backend::{BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind};
 
 /// A [`Reranker`] as the server's backend.
 pub struct RerankBackend {
@@ -34,28 +36,61 @@ impl EmbedBackend for RerankBackend {
         self.info.clone()
     }
 
-    fn tokenize_len(&self, text: &str) -> usize {
-        let tok = self.reranker.cross_encoder().encoder().tokenizer();
-        tok.encode_prefix(text, self.info.max_len, false)
-            .map_or(self.info.max_len, |ids| ids.len().min(self.info.max_len))
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError> {
+        let cross = self.reranker.cross_encoder();
+        // As the checkpoint's tokenizer pairs them; cut (`longest_first`,
+        // on the right) only when it does not fit.
+        let (tokens, truncated) = match cross.tokenize(text, pair, Truncation::Error) {
+            Ok(tokens) => (tokens, false),
+            Err(EncoderError::TooLong { .. }) => (
+                cross
+                    .tokenize(text, pair, Truncation::Right)
+                    .map_err(|e| BackendError::new(e.to_string()))?,
+                true,
+            ),
+            Err(e) => return Err(BackendError::new(e.to_string())),
+        };
+        Ok(Encoding {
+            ids: tokens.ids,
+            type_ids: tokens.types,
+            truncated,
+        })
     }
 
-    fn embed(&self, _texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
+    fn vocab_size(&self) -> Option<usize> {
+        Some(
+            self.reranker
+                .cross_encoder()
+                .encoder()
+                .tokenizer()
+                .vocab_size(),
+        )
+    }
+
+    fn embed(&self, _batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
         Err(BackendError::new(format!(
             "model {} is a reranker (cross-encoder): use /rerank or /predict",
             self.info.model_id
         )))
     }
 
-    fn predict(
-        &self,
-        inputs: &[(String, Option<String>)],
-        truncate: bool,
-    ) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
+    fn predict(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
+        let toks: Vec<PairTokens> = batch
+            .iter()
+            .map(|e| PairTokens {
+                ids: e.ids.clone(),
+                types: if e.type_ids.len() == e.ids.len() {
+                    e.type_ids.clone()
+                } else {
+                    vec![0; e.ids.len()]
+                },
+            })
+            .collect();
         Some(
             self.reranker
-                .predict(inputs, truncate)
-                .map_err(|e| BackendError::new(e.chain())),
+                .cross_encoder()
+                .predict_tokens(&toks, self.reranker.options())
+                .map_err(|e| BackendError::new(e.to_string())),
         )
     }
 }

@@ -14,22 +14,34 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::backend::{BackendInfo, EmbedBackend, Embedded};
-use crate::batcher::Batcher;
 use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::index::SearchIndex;
+use crate::infer::{Infer, Input as Piece};
 use crate::metrics::Metrics;
+use crate::queue::{Output, Task};
+use crate::truncation::Truncation;
 
 pub(crate) struct AppState {
     pub backend: Arc<dyn EmbedBackend>,
     pub info: BackendInfo,
     pub config: ServerConfig,
-    pub batcher: Batcher,
+    pub infer: Infer,
     pub index: Option<Arc<dyn SearchIndex>>,
     pub metrics: Arc<Metrics>,
     pub request_ids: RequestIds,
     /// Unix time the server started (`GET /v1/models`' `created`).
     pub started_unix: u64,
+}
+
+impl AppState {
+    /// The name the model is served under: `served_model_name`, or the model id.
+    pub(crate) fn served_model_name(&self) -> &str {
+        self.config
+            .served_model_name
+            .as_deref()
+            .unwrap_or(&self.info.model_id)
+    }
 }
 
 pub(crate) type AppResult<T> = Result<Json<T>, ApiError>;
@@ -179,32 +191,33 @@ pub(crate) fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-/// Tokenise (on the blocking pool), queue, and wait for the embeddings.
+/// Embed texts through the queue (cut at `max_len`, as bertflow's routes do).
 pub(crate) async fn embed_texts(
     state: &Arc<AppState>,
     texts: Vec<String>,
 ) -> Result<Vec<Embedded>, ApiError> {
-    // Refuse cheaply before tokenising when the queue is already full; the
-    // authoritative check is in `submit`.
-    state.batcher.check_room(texts.len())?;
-    let backend = Arc::clone(&state.backend);
-    let max_len = state.info.max_len;
-    let (texts, costs) = tokio::task::spawn_blocking(move || {
-        let costs: Vec<usize> = texts
-            .iter()
-            .map(|t| backend.tokenize_len(t).min(max_len))
-            .collect();
-        (texts, costs)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("tokenisation failed: {e}")))?;
-    let receiver = state.batcher.submit(texts, costs)?;
-    let embedded = receiver
-        .await
-        .map_err(|_| ApiError::Internal("the embedding worker dropped the request".into()))??;
-    let truncated = embedded.iter().filter(|e| e.truncated).count();
-    state.metrics.truncated.inc_by(truncated as u64);
-    Ok(embedded)
+    let inputs = texts.into_iter().map(Piece::Text).collect();
+    embed_inputs(state, "input", inputs, Truncation::ALWAYS).await
+}
+
+/// Embed inputs (texts or token ids) through the queue.
+pub(crate) async fn embed_inputs(
+    state: &Arc<AppState>,
+    field: &str,
+    inputs: Vec<Piece>,
+    truncation: Truncation,
+) -> Result<Vec<Embedded>, ApiError> {
+    let outputs = state
+        .infer
+        .run(Task::Embed, field, inputs, truncation)
+        .await?;
+    outputs
+        .into_iter()
+        .map(|output| match output {
+            Output::Vector(e) => Ok(e),
+            _ => Err(ApiError::Internal("the queue answered another task".into())),
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------

@@ -14,67 +14,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::access::Ctx;
-use crate::backend::{Embedded, ModelKind};
+use crate::backend::ModelKind;
 use crate::error::ApiError;
 use crate::index::cosine;
-use crate::inputs::{embed_pieces, finish_vector, keep_dimensions, parse_pieces, Piece};
+use crate::inputs::{finish_vector, keep_dimensions, parse_pieces, piece_text, Piece};
 use crate::prompt::{prompted, prompted_pieces};
-use crate::state::{check_count, check_text, from_object, kind_of, AppState};
+use crate::queue::{Output, Task};
+use crate::state::{check_count, check_text, embed_inputs, from_object, kind_of, AppState};
 use crate::tei_error::{TeiBody, TeiError};
+use crate::truncation::{Truncation, TruncationDirection};
 
 pub(crate) type TeiResult<T> = Result<Json<T>, TeiError>;
-
-/// Where an input over the model's length is cut. bertflow cuts on the
-/// right; `Left` is accepted and refused (422) only when an input is cut.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
-pub(crate) enum TruncationDirection {
-    #[serde(alias = "left")]
-    Left,
-    #[default]
-    #[serde(alias = "right")]
-    Right,
-}
-
-/// The truncation options shared by TEI's requests.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Truncation {
-    pub truncate: bool,
-    pub direction: TruncationDirection,
-}
-
-impl Truncation {
-    pub(crate) fn of(
-        state: &AppState,
-        truncate: Option<bool>,
-        direction: TruncationDirection,
-    ) -> Self {
-        Self {
-            truncate: truncate.unwrap_or(state.config.auto_truncate),
-            direction,
-        }
-    }
-
-    /// TEI's answers for inputs the model cut: 413 without `truncate`, 422
-    /// when they asked to cut on the left.
-    pub(crate) fn check(&self, embedded: &[Embedded], max_len: usize) -> Result<(), TeiError> {
-        let Some(i) = embedded.iter().position(|e| e.truncated) else {
-            return Ok(());
-        };
-        if !self.truncate {
-            return Err(TeiError::too_large(format!(
-                "input {i} is longer than the model's maximum of {max_len} tokens; \
-                 send \"truncate\": true (or start the server with --auto-truncate)"
-            )));
-        }
-        if self.direction == TruncationDirection::Left {
-            return Err(TeiError::unprocessable(format!(
-                "input {i} is longer than {max_len} tokens and bertflow cuts inputs on the right; \
-                 truncation_direction \"Left\" is not supported"
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// 424 unless the model embeds (TEI's answer to a reranker asked to embed).
 pub(crate) fn require_embedding(state: &AppState) -> Result<(), TeiError> {
@@ -134,13 +84,16 @@ async fn embed_value(state: &Arc<AppState>, ctx: &Ctx, body: Value) -> TeiResult
     let request: EmbedRequest = from_object(body)?;
     require_embedding(state)?;
     let keep = keep_dimensions(request.dimensions, state.info.dimension)?;
-    let truncation = Truncation::of(state, request.truncate, request.truncation_direction);
+    let truncation = Truncation::of(
+        state.config.auto_truncate,
+        request.truncate,
+        request.truncation_direction,
+    );
     let pieces = parse_pieces(request.inputs, "inputs", state)?;
-    let texts: Vec<&str> = pieces.iter().map(Piece::as_text).collect();
+    let texts: Vec<&str> = pieces.iter().map(piece_text).collect();
     ctx.record(&texts, state.config.log_inputs);
     let pieces = prompted_pieces(state, pieces, request.prompt_name.as_deref())?;
-    let embedded = embed_pieces(state, pieces).await?;
-    truncation.check(&embedded, state.info.max_len)?;
+    let embedded = embed_inputs(state, "inputs", pieces, truncation).await?;
     Ok(Json(
         embedded
             .into_iter()
@@ -184,48 +137,27 @@ pub(crate) async fn embed_all(
 ) -> TeiResult<Vec<Vec<Vec<f32>>>> {
     let request: EmbedAllRequest = from_object(body)?;
     require_embedding(&state)?;
-    let truncation = Truncation::of(&state, request.truncate, request.truncation_direction);
-    let texts = texts_only(parse_pieces(request.inputs, "inputs", &state)?)?;
+    let truncation = Truncation::of(
+        state.config.auto_truncate,
+        request.truncate,
+        request.truncation_direction,
+    );
+    let pieces = parse_pieces(request.inputs, "inputs", &state)?;
+    let texts: Vec<&str> = pieces.iter().map(piece_text).collect();
     ctx.record(&texts, state.config.log_inputs);
-    let texts = prompted(&state, texts, request.prompt_name.as_deref())?;
-    let backend = Arc::clone(&state.backend);
-    let max_len = state.info.max_len;
-    let count = texts.len();
-    let (cut, out) = tokio::task::spawn_blocking(move || {
-        // Whether each input is cut, as the tokenizer says.
-        let cut: Vec<bool> = texts
-            .iter()
-            .map(|t| {
-                backend
-                    .tokenize(t)
-                    .and_then(Result::ok)
-                    .is_some_and(|t| t.truncated)
-            })
-            .collect();
-        (cut, backend.embed_all(&texts))
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("embed_all failed: {e}")))?;
-    let out = out
-        .ok_or_else(|| TeiError::backend("this backend cannot return per-token vectors"))?
-        .map_err(|e| TeiError::backend(e.message))?;
-    if out.len() != count {
-        return Err(TeiError::backend(format!(
-            "the backend returned {} matrices for {count} inputs",
-            out.len()
-        )));
-    }
-    let seen: Vec<Embedded> = out
-        .iter()
-        .zip(cut)
-        .map(|(m, truncated)| Embedded {
-            vector: Vec::new(),
-            tokens: m.len(),
-            truncated,
+    let pieces = prompted_pieces(&state, pieces, request.prompt_name.as_deref())?;
+    let outputs = state
+        .infer
+        .run(Task::EmbedAll, "inputs", pieces, truncation)
+        .await?;
+    let matrices = outputs
+        .into_iter()
+        .map(|output| match output {
+            Output::States(m) => Ok(m),
+            _ => Err(TeiError::backend("the queue answered another task")),
         })
-        .collect();
-    truncation.check(&seen, max_len)?;
-    Ok(Json(out))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(matrices))
 }
 
 /// The texts of `pieces`; token ids are refused (422) where only text is taken.
@@ -234,7 +166,7 @@ fn texts_only(pieces: Vec<Piece>) -> Result<Vec<String>, TeiError> {
         .into_iter()
         .map(|p| match p {
             Piece::Text(t) => Ok(t),
-            Piece::Ids(_) => Err(TeiError::unprocessable(
+            Piece::Ids(_) | Piece::Pair(..) => Err(TeiError::unprocessable(
                 "this route takes text only, not token ids",
             )),
         })
@@ -277,7 +209,11 @@ pub(crate) async fn similarity(
     let request: TeiSimilarityRequest = from_object(body)?;
     require_embedding(state)?;
     let parameters = request.parameters.unwrap_or_default();
-    let truncation = Truncation::of(state, parameters.truncate, parameters.truncation_direction);
+    let truncation = Truncation::of(
+        state.config.auto_truncate,
+        parameters.truncate,
+        parameters.truncation_direction,
+    );
     let SimilarityInputs {
         source_sentence,
         sentences,
@@ -297,8 +233,7 @@ pub(crate) async fn similarity(
     ctx.record(&texts, state.config.log_inputs);
     let texts = prompted(state, texts, parameters.prompt_name.as_deref())?;
     let pieces = texts.into_iter().map(Piece::Text).collect();
-    let embedded = embed_pieces(state, pieces).await?;
-    truncation.check(&embedded, state.info.max_len)?;
+    let embedded = embed_inputs(state, "inputs", pieces, truncation).await?;
     let (source, rest) = embedded
         .split_first()
         .ok_or_else(|| TeiError::backend("no vectors"))?;
@@ -344,33 +279,34 @@ pub(crate) async fn tokenize(
     let texts = prompted(state, texts, request.prompt_name.as_deref())?;
     let backend = Arc::clone(&state.backend);
     let special = request.add_special_tokens;
-    let out = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<SimpleToken>>, TeiError> {
-        texts
-            .iter()
-            .map(|text| {
-                let spans = backend
-                    .token_spans(text, special)
-                    .ok_or_else(|| TeiError::backend("this backend cannot show its tokens"))?
-                    .map_err(|e| TeiError {
-                        status: axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-                        kind: crate::tei_error::TeiErrorType::Tokenizer,
-                        message: e.message,
-                    })?;
-                Ok(spans
-                    .into_iter()
-                    .map(|s| SimpleToken {
-                        id: s.id,
-                        text: s.text,
-                        special: s.special,
-                        start: s.start,
-                        stop: s.stop,
-                    })
-                    .collect())
-            })
-            .collect()
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("tokenisation failed: {e}")))??;
+    let out = state
+        .infer
+        .blocking(move || -> Result<Vec<Vec<SimpleToken>>, TeiError> {
+            texts
+                .iter()
+                .map(|text| {
+                    let spans = backend
+                        .token_spans(text, special)
+                        .ok_or_else(|| TeiError::backend("this backend cannot show its tokens"))?
+                        .map_err(|e| TeiError {
+                            status: axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                            kind: crate::tei_error::TeiErrorType::Tokenizer,
+                            message: e.message,
+                        })?;
+                    Ok(spans
+                        .into_iter()
+                        .map(|s| SimpleToken {
+                            id: s.id,
+                            text: s.text,
+                            special: s.special,
+                            start: s.start,
+                            stop: s.stop,
+                        })
+                        .collect())
+                })
+                .collect()
+        })
+        .await??;
     Ok(Json(out))
 }
 
@@ -429,19 +365,20 @@ pub(crate) async fn decode(
     };
     let backend = Arc::clone(&state.backend);
     let skip = request.skip_special_tokens;
-    let out = tokio::task::spawn_blocking(move || -> Result<Vec<String>, TeiError> {
-        lists
-            .iter()
-            .map(|ids| {
-                backend
-                    .decode(ids, skip)
-                    .ok_or_else(|| TeiError::backend("this backend cannot decode token ids"))?
-                    .map_err(|e| TeiError::unprocessable(e.message))
-            })
-            .collect()
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("decoding failed: {e}")))??;
+    let out = state
+        .infer
+        .blocking(move || -> Result<Vec<String>, TeiError> {
+            lists
+                .iter()
+                .map(|ids| {
+                    backend
+                        .decode(ids, skip)
+                        .ok_or_else(|| TeiError::backend("this backend cannot decode token ids"))?
+                        .map_err(|e| TeiError::unprocessable(e.message))
+                })
+                .collect()
+        })
+        .await??;
     Ok(Json(out))
 }
 

@@ -63,16 +63,6 @@ pub(crate) struct TeiErrorBody {
 }
 
 impl TeiError {
-    /// 413 `Validation`: TEI's answer to an input over the model's length
-    /// (without `truncate`) or a batch over `max_client_batch_size`.
-    pub(crate) fn too_large(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            kind: TeiErrorType::Validation,
-            message: message.into(),
-        }
-    }
-
     /// 422 `Validation`: a well-formed request this server cannot follow.
     pub(crate) fn unprocessable(message: impl Into<String>) -> Self {
         Self {
@@ -99,9 +89,10 @@ impl From<ApiError> for TeiError {
         let (status, kind) = match &error {
             EmptyInput { .. } => (StatusCode::BAD_REQUEST, TeiErrorType::Empty),
             InvalidJson(_) | BadRequest(_) => (StatusCode::BAD_REQUEST, TeiErrorType::Validation),
-            BodyTooLarge { .. } | TooManyInputs { .. } | InputTooLong { .. } => {
-                (StatusCode::PAYLOAD_TOO_LARGE, TeiErrorType::Validation)
-            }
+            BodyTooLarge { .. }
+            | TooManyInputs { .. }
+            | InputTooLong { .. }
+            | TooManyTokens { .. } => (StatusCode::PAYLOAD_TOO_LARGE, TeiErrorType::Validation),
             InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, TeiErrorType::Validation),
             Overloaded { .. } | OverloadedTokens { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, TeiErrorType::Overloaded)
@@ -127,7 +118,9 @@ impl IntoResponse for TeiError {
             error_type: self.kind,
         };
         let mut response = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
+        if self.status == StatusCode::TOO_MANY_REQUESTS
+            || self.status == StatusCode::SERVICE_UNAVAILABLE
+        {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

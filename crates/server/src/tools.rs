@@ -86,35 +86,36 @@ async fn tokenize_input(
     ctx.record(&texts, state.config.log_inputs);
     let texts = crate::prompt::prompted(&state, texts, None)?;
     let backend = Arc::clone(&state.backend);
-    let data = tokio::task::spawn_blocking(move || -> Result<Vec<TokenizedInput>, ApiError> {
-        texts
-            .iter()
-            .enumerate()
-            .map(|(index, text)| {
-                let tokenized = backend
-                    .tokenize(text)
-                    .ok_or_else(|| {
-                        ApiError::NotSupported("this backend cannot show its tokens".into())
-                    })?
-                    .map_err(|e| ApiError::Backend(e.message))?;
-                if tokenized.ids.len() != tokenized.tokens.len() {
-                    return Err(ApiError::Backend(format!(
-                        "the backend returned {} ids but {} token strings",
-                        tokenized.ids.len(),
-                        tokenized.tokens.len()
-                    )));
-                }
-                Ok(TokenizedInput {
-                    index,
-                    ids: tokenized.ids,
-                    tokens: tokenized.tokens,
-                    truncated: tokenized.truncated,
+    let data = state
+        .infer
+        .blocking(move || -> Result<Vec<TokenizedInput>, ApiError> {
+            texts
+                .iter()
+                .enumerate()
+                .map(|(index, text)| {
+                    let tokenized = backend
+                        .tokenize(text)
+                        .ok_or_else(|| {
+                            ApiError::NotSupported("this backend cannot show its tokens".into())
+                        })?
+                        .map_err(|e| ApiError::Backend(e.message))?;
+                    if tokenized.ids.len() != tokenized.tokens.len() {
+                        return Err(ApiError::Backend(format!(
+                            "the backend returned {} ids but {} token strings",
+                            tokenized.ids.len(),
+                            tokenized.tokens.len()
+                        )));
+                    }
+                    Ok(TokenizedInput {
+                        index,
+                        ids: tokenized.ids,
+                        tokens: tokenized.tokens,
+                        truncated: tokenized.truncated,
+                    })
                 })
-            })
-            .collect()
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("tokenisation failed: {e}")))??;
+                .collect()
+        })
+        .await??;
     let truncated = data.iter().filter(|d| d.truncated).count();
     state.metrics.truncated.inc_by(truncated as u64);
     Ok(Json(TokenizeResponse {
@@ -139,7 +140,7 @@ async fn tokenize_input(
 pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let text = state
         .metrics
-        .render(state.batcher.load())
+        .render(state.infer.load())
         .map_err(|e| ApiError::Internal(format!("cannot render metrics: {e}")))?;
     let mut response = text.into_response();
     response.headers_mut().insert(

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use bertflow_core::quantize::{QuantSpec, Quantizer};
-use bertflow_server::{BackendError, BackendInfo, EmbedBackend, Embedded, ServerConfig, Tokenized};
+use bertflow_server::{
+    BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ServerConfig, Tokenized,
+};
 use common::{assert_error, vector_of, Fake, TestServer, DIM};
 use serde_json::{json, Value};
 
@@ -34,11 +36,11 @@ impl EmbedBackend for Coded {
     fn info(&self) -> BackendInfo {
         self.fake.info()
     }
-    fn tokenize_len(&self, text: &str) -> usize {
-        self.fake.tokenize_len(text)
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError> {
+        self.fake.encode(text, pair)
     }
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
-        self.fake.embed(texts)
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
+        self.fake.embed(batch)
     }
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         self.fake.tokenize(text)

@@ -62,7 +62,7 @@ async fn rerank_scores_each_pair_and_sorts_best_first() {
         assert_eq!(score(rank), fake_logit(query, Some(texts[index]), 0));
         assert_eq!(rank["text"], texts[index]);
     }
-    assert_eq!(*fake.truncate_seen.lock().unwrap(), [false, true]);
+    assert_eq!(*fake.truncate_seen.lock().unwrap(), [false, false]);
 
     // POST / with query and texts is a rerank.
     let (status, root) = s.post("/", &json!({"query": query, "texts": texts})).await;

@@ -223,6 +223,28 @@ impl CrossEncoder {
             .iter()
             .map(|(a, b)| self.tokenize(a.as_ref(), b.as_ref().map(|b| b.as_ref()), truncation))
             .collect::<Result<Vec<_>>>()?;
+        self.predict_tokens(&toks, opts)
+    }
+
+    /// The raw logits (one per label) of inputs already tokenised by
+    /// [`CrossEncoder::tokenize`] (each 1 to `max_len` ids), as
+    /// [`CrossEncoder::predict`] runs them.
+    pub fn predict_tokens(
+        &self,
+        toks: &[PairTokens],
+        opts: &EncodeOptions,
+    ) -> Result<Vec<Vec<f32>>> {
+        let max_len = self.max_len();
+        if let Some(bad) = toks
+            .iter()
+            .find(|t| t.ids.is_empty() || t.ids.len() > max_len || t.types.len() != t.ids.len())
+        {
+            return Err(EncoderError::Unsupported(format!(
+                "an input of {} token ids and {} types, outside 1..={max_len} or unequal",
+                bad.ids.len(),
+                bad.types.len()
+            )));
+        }
         let mut order: Vec<usize> = (0..toks.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(toks[i].ids.len()));
         let bs = opts.batch_size.max(1);
@@ -235,7 +257,7 @@ impl CrossEncoder {
         run_batches(
             batches.len(),
             opts.threads,
-            |b, ws| self.run_batch(batches[b], &toks, ws),
+            |b, ws| self.run_batch(batches[b], toks, ws),
             |b, logits| {
                 let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
                 for (&i, row) in batches[b].iter().zip(logits.chunks_exact(n_labels)) {

@@ -12,7 +12,8 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use bertflow_server::{
-    App, BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, ServerConfig, Tokenized,
+    App, BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind, ServerConfig,
+    Tokenized,
 };
 use tower::ServiceExt;
 
@@ -20,9 +21,12 @@ const DIM: usize = 8;
 const MAX_LEN: usize = 16;
 const ENDPOINTS: [&str; 4] = ["/v1/embeddings", "/similarity", "/search", "/tokenize"];
 
-/// Vectors from a hash of the text (the text "ZERO" gives the zero vector),
-/// tokens = whitespace words plus two.
+/// Vectors from a hash of the token ids (the text "ZERO" gives the zero
+/// vector), tokens = `[CLS]`, a hash of each whitespace word, `[SEP]`.
 struct Hashed;
+
+/// The id the word "ZERO" gets.
+const ZERO_ID: u32 = 7;
 
 fn vector_of(text: &str) -> Vec<f32> {
     if text == "ZERO" {
@@ -47,19 +51,39 @@ impl EmbedBackend for Hashed {
         }
     }
 
-    fn tokenize_len(&self, text: &str) -> usize {
-        text.split_whitespace().count() + 2
+    fn encode(&self, text: &str, _pair: Option<&str>) -> Result<Encoding, BackendError> {
+        let mut ids = vec![101];
+        ids.extend(text.split_whitespace().map(|w| match w {
+            "ZERO" => ZERO_ID,
+            w => 1000 + crc32fast::hash(w.as_bytes()) % 29_000,
+        }));
+        let truncated = ids.len() + 1 > MAX_LEN;
+        ids.truncate(MAX_LEN - 1);
+        ids.push(102);
+        Ok(Encoding {
+            ids,
+            type_ids: Vec::new(),
+            truncated,
+        })
     }
 
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
-        Ok(texts
+    fn vocab_size(&self) -> Option<usize> {
+        Some(30_000)
+    }
+
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
+        Ok(batch
             .iter()
-            .map(|t| {
-                let len = self.tokenize_len(t);
+            .map(|e| {
+                let key: Vec<String> = e.ids.iter().map(u32::to_string).collect();
                 Embedded {
-                    vector: vector_of(t),
-                    tokens: len.min(MAX_LEN),
-                    truncated: len > MAX_LEN,
+                    vector: if e.ids == [101, ZERO_ID, 102] {
+                        vector_of("ZERO")
+                    } else {
+                        vector_of(&key.join(","))
+                    },
+                    tokens: e.ids.len(),
+                    truncated: e.truncated,
                 }
             })
             .collect())

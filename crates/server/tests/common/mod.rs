@@ -2,13 +2,14 @@
 //! 127.0.0.1 with an OS-chosen port.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bertflow_server::{
-    serve, BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, ServerConfig, ServerError,
-    Tokenized,
+    serve, BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind, ServerConfig,
+    ServerError, Tokenized,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -16,9 +17,11 @@ use tokio::task::JoinHandle;
 
 pub const DIM: usize = 8;
 
-/// Hash-seeded pseudo-random vector of `text` (FNV-1a, then splitmix64).
-/// The text "ZERO" maps to the zero vector.
+/// Hash-seeded pseudo-random vector of `text`'s words joined by single
+/// spaces (FNV-1a, then splitmix64). The text "ZERO" maps to the zero vector.
 pub fn vector_of(text: &str) -> Vec<f32> {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = text.as_str();
     if text == "ZERO" {
         return vec![0.0; DIM];
     }
@@ -74,16 +77,114 @@ impl Gate {
     }
 }
 
-/// Deterministic fake model: vector = [`vector_of`] the text, tokens =
-/// whitespace words + 2 (clamped to `max_len`). A text containing "FAIL"
-/// makes the whole batch fail, one containing "PANIC" makes it panic.
+/// The ids of the special tokens of the fakes' token batches.
+pub const CLS: u32 = 101;
+pub const SEP: u32 = 102;
+/// The first id the fakes give a word (in order of first sight).
+pub const FIRST_WORD: u32 = 5000;
+
+/// The fakes' vocabulary: each whitespace word gets an id on first sight, so
+/// that a token batch can be read back as the texts it came from.
+#[derive(Default)]
+pub struct Vocab(Mutex<(HashMap<String, u32>, Vec<String>)>);
+
+impl Vocab {
+    fn id(&self, word: &str) -> u32 {
+        let mut guard = self.0.lock().unwrap();
+        let (ids, words) = &mut *guard;
+        if let Some(&id) = ids.get(word) {
+            return id;
+        }
+        let id = FIRST_WORD + words.len() as u32;
+        ids.insert(word.to_owned(), id);
+        words.push(word.to_owned());
+        id
+    }
+
+    /// The word of `id`, `[CLS]`/`[SEP]`, or `None` for an id it never gave.
+    pub fn word(&self, id: u32) -> Option<String> {
+        match id {
+            CLS => Some("[CLS]".into()),
+            SEP => Some("[SEP]".into()),
+            _ => {
+                let guard = self.0.lock().unwrap();
+                id.checked_sub(FIRST_WORD)
+                    .and_then(|k| guard.1.get(k as usize).cloned())
+            }
+        }
+    }
+
+    /// `[CLS] text [SEP]` (and `pair [SEP]`), cut at `max_len` keeping the last `[SEP]`.
+    pub fn encode(&self, text: &str, pair: Option<&str>, max_len: usize) -> Encoding {
+        let mut ids = vec![CLS];
+        ids.extend(text.split_whitespace().map(|w| self.id(w)));
+        ids.push(SEP);
+        if let Some(pair) = pair {
+            ids.extend(pair.split_whitespace().map(|w| self.id(w)));
+            ids.push(SEP);
+        }
+        let truncated = ids.len() > max_len;
+        if truncated {
+            ids.truncate(max_len.saturating_sub(1));
+            ids.push(SEP);
+        }
+        Encoding {
+            ids,
+            type_ids: Vec::new(),
+            truncated,
+        }
+    }
+
+    /// The texts an encoding came from (words joined by spaces; a pair's
+    /// second text after the first `[SEP]`), or `None` when it holds ids the
+    /// vocabulary never gave (a client's own token ids).
+    pub fn texts(&self, ids: &[u32]) -> Option<(String, Option<String>)> {
+        let mut parts: Vec<Vec<String>> = vec![Vec::new()];
+        for (k, &id) in ids.iter().enumerate() {
+            match id {
+                CLS if k == 0 => {}
+                SEP => parts.push(Vec::new()),
+                _ if id >= FIRST_WORD => parts.last_mut()?.push(self.word(id)?),
+                _ => return None,
+            }
+        }
+        if ids.first() != Some(&CLS) {
+            return None;
+        }
+        let mut parts = parts.into_iter().map(|p| p.join(" "));
+        let text = parts.next().unwrap_or_default();
+        let pair = parts.next().filter(|p| !p.is_empty());
+        Some((text, pair))
+    }
+
+    /// What the fakes embed for an encoding: its text, or for a client's own
+    /// ids [`ids_key`] of them.
+    pub fn key(&self, ids: &[u32]) -> String {
+        match self.texts(ids) {
+            Some((text, _)) => text,
+            None => ids_key(ids),
+        }
+    }
+}
+
+/// The key a client's own token ids are embedded as.
+pub fn ids_key(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Deterministic fake model: vector = [`vector_of`] the text (read back
+/// from its token batch: the words it kept after the cut at `max_len`),
+/// tokens = whitespace words + 2 (clamped to `max_len`). A text containing
+/// "FAIL" makes the whole batch fail, one containing "PANIC" makes it panic.
+/// A client's own token ids are embedded as [`vector_of`] [`ids_key`].
 pub struct Fake {
     pub max_len: usize,
     pub sleep: Duration,
     pub gate: Gate,
-    /// Every batch passed to `embed`, in call order.
+    /// Every batch passed to `embed`, in call order (as texts).
     pub batches: Mutex<Vec<Vec<String>>>,
     pub started: AtomicUsize,
+    pub vocab: Vocab,
 }
 
 impl Fake {
@@ -98,11 +199,33 @@ impl Fake {
             gate: Gate::default(),
             batches: Mutex::new(Vec::new()),
             started: AtomicUsize::new(0),
+            vocab: Vocab::default(),
         }
     }
 
     pub fn batches(&self) -> Vec<Vec<String>> {
         self.batches.lock().unwrap().clone()
+    }
+
+    /// Whitespace words + 2, before the cut.
+    pub fn tokenize_len(&self, text: &str) -> usize {
+        text.split_whitespace().count() + 2
+    }
+
+    /// What the server answers for `texts` (vectors, tokens, truncation),
+    /// computed directly.
+    pub fn embed_texts(&self, texts: &[String]) -> Vec<Embedded> {
+        texts
+            .iter()
+            .map(|t| {
+                let encoding = self.vocab.encode(t, None, self.max_len);
+                Embedded {
+                    vector: vector_of(&self.vocab.key(&encoding.ids)),
+                    tokens: encoding.ids.len(),
+                    truncated: encoding.truncated,
+                }
+            })
+            .collect()
     }
 }
 
@@ -119,13 +242,14 @@ impl EmbedBackend for Fake {
         }
     }
 
-    fn tokenize_len(&self, text: &str) -> usize {
-        text.split_whitespace().count() + 2
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError> {
+        Ok(self.vocab.encode(text, pair, self.max_len))
     }
 
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
+        let texts: Vec<String> = batch.iter().map(|e| self.vocab.key(&e.ids)).collect();
         self.started.fetch_add(1, Ordering::SeqCst);
-        self.batches.lock().unwrap().push(texts.to_vec());
+        self.batches.lock().unwrap().push(texts.clone());
         self.gate.wait_open();
         if !self.sleep.is_zero() {
             std::thread::sleep(self.sleep);
@@ -138,13 +262,11 @@ impl EmbedBackend for Fake {
         }
         Ok(texts
             .iter()
-            .map(|t| {
-                let len = self.tokenize_len(t);
-                Embedded {
-                    vector: vector_of(t),
-                    tokens: len.min(self.max_len),
-                    truncated: len > self.max_len,
-                }
+            .zip(batch)
+            .map(|(t, e)| Embedded {
+                vector: vector_of(t),
+                tokens: e.ids.len(),
+                truncated: e.truncated,
             })
             .collect())
     }
@@ -193,15 +315,15 @@ impl EmbedBackend for NoTokens {
         }
     }
 
-    fn tokenize_len(&self, text: &str) -> usize {
-        text.split_whitespace().count() + 2
+    fn encode(&self, text: &str, _pair: Option<&str>) -> Result<Encoding, BackendError> {
+        Ok(Encoding::of_ids(vec![CLS; 3.min(text.len().max(1))]))
     }
 
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
-        Ok(texts
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
+        Ok(batch
             .iter()
-            .map(|t| Embedded {
-                vector: vector_of(t),
+            .map(|e| Embedded {
+                vector: vector_of(&ids_key(&e.ids)),
                 tokens: 3,
                 truncated: false,
             })

@@ -6,9 +6,11 @@
 use std::sync::{Arc, Mutex};
 
 use bertflow_server::{
-    BackendError, BackendInfo, EmbedBackend, Embedded, ModelKind, TokenSpan, Tokenized,
+    BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind, TokenSpan, Tokenized,
 };
 
+#[allow(unused_imports)]
+pub use super::ids_key;
 use super::{vector_of, Fake, DIM};
 
 /// Token id of a word in the fakes: 1000 + its length in bytes.
@@ -21,8 +23,9 @@ pub fn word_id(word: &str) -> u32 {
 ///   offsets, `[SEP]` (102), cut at `max_len`;
 /// - `decode`: 101 -> `[CLS]`, 102 -> `[SEP]`, 1000 + n -> `n` x `w`, joined
 ///   by spaces; any other id is an error;
-/// - `embed_ids`: [`vector_of`] the ids joined by commas;
-/// - `embed_all`: [`vector_of`] each token string, one row per token.
+/// - token ids of the client's own: [`vector_of`] the ids joined by commas;
+/// - `embed_all`: [`vector_of`] each token string, one row per token;
+/// - a vocabulary of [`TEI_VOCAB`] ids (a client's id past it is refused).
 pub struct TeiFake(pub Arc<Fake>);
 
 impl TeiFake {
@@ -31,20 +34,21 @@ impl TeiFake {
     }
 }
 
-/// The key [`TeiFake::embed_ids`] hashes.
-pub fn ids_key(ids: &[u32]) -> String {
-    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-}
+/// The vocabulary size [`TeiFake`] reports.
+pub const TEI_VOCAB: usize = 30_522;
 
 impl EmbedBackend for TeiFake {
     fn info(&self) -> BackendInfo {
         self.0.info()
     }
-    fn tokenize_len(&self, text: &str) -> usize {
-        self.0.tokenize_len(text)
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError> {
+        self.0.encode(text, pair)
     }
-    fn embed(&self, texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
-        self.0.embed(texts)
+    fn vocab_size(&self) -> Option<usize> {
+        Some(TEI_VOCAB)
+    }
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
+        self.0.embed(batch)
     }
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         self.0.tokenize(text)
@@ -106,25 +110,14 @@ impl EmbedBackend for TeiFake {
         }
         Some(Ok(words.join(" ")))
     }
-    fn embed_ids(&self, ids: &[Vec<u32>]) -> Option<Result<Vec<Embedded>, BackendError>> {
-        Some(Ok(ids
+    fn embed_all(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+        Some(Ok(batch
             .iter()
-            .map(|v| Embedded {
-                vector: vector_of(&ids_key(v)),
-                tokens: v.len(),
-                truncated: false,
-            })
-            .collect()))
-    }
-    fn embed_all(&self, texts: &[String]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
-        Some(Ok(texts
-            .iter()
-            .map(|t| {
-                let tokens = match self.0.tokenize(t) {
-                    Some(Ok(t)) => t.tokens,
-                    _ => Vec::new(),
-                };
-                tokens.iter().map(|tok| vector_of(tok)).collect()
+            .map(|e| {
+                e.ids
+                    .iter()
+                    .map(|&id| vector_of(&self.0.vocab.word(id).unwrap_or_else(|| id.to_string())))
+                    .collect()
             })
             .collect()))
     }
@@ -138,8 +131,8 @@ pub fn fake_logit(a: &str, b: Option<&str>, j: usize) -> f32 {
 }
 
 /// A cross-encoder / classifier with `labels`: logits from [`fake_logit`];
-/// a text containing "FAIL" fails. Records the `truncate` flag of each call.
-/// Tokens: [`Fake`]'s (words + 2, cut at `max_len`).
+/// a text containing "FAIL" fails. Records, per call, whether it was given a
+/// cut input. Tokens: [`Fake`]'s (`[CLS] a [SEP] b [SEP]`, cut at `max_len`).
 pub struct FakeReranker {
     pub fake: Arc<Fake>,
     pub labels: Vec<String>,
@@ -168,21 +161,25 @@ impl EmbedBackend for FakeReranker {
             labels: self.labels.clone(),
         }
     }
-    fn tokenize_len(&self, text: &str) -> usize {
-        self.fake.tokenize_len(text)
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError> {
+        self.fake.encode(text, pair)
     }
-    fn embed(&self, _texts: &[String]) -> Result<Vec<Embedded>, BackendError> {
+    fn embed(&self, _batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
         Err(BackendError::new("a reranker does not embed"))
     }
     fn tokenize(&self, text: &str) -> Option<Result<Tokenized, BackendError>> {
         self.fake.tokenize(text)
     }
-    fn predict(
-        &self,
-        inputs: &[(String, Option<String>)],
-        truncate: bool,
-    ) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
-        self.truncate_seen.lock().unwrap().push(truncate);
+    fn predict(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<f32>>, BackendError>> {
+        self.fake.gate.wait_open();
+        self.truncate_seen
+            .lock()
+            .unwrap()
+            .push(batch.iter().any(|e| e.truncated));
+        let inputs: Vec<(String, Option<String>)> = batch
+            .iter()
+            .map(|e| self.fake.vocab.texts(&e.ids).unwrap_or_default())
+            .collect();
         if inputs
             .iter()
             .any(|(a, b)| a.contains("FAIL") || b.as_deref().is_some_and(|b| b.contains("FAIL")))
