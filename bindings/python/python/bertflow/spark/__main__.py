@@ -255,7 +255,11 @@ def main(argv=None):
     if a.save_calibrator:
         fitted.save(a.save_calibrator)
     out = transform(emb, "embedding", fitted) if fitted is not None and not a.calibrator else emb
-    out.write.mode("overwrite" if a.overwrite else "error").parquet(a.output)
+    # Plain encoding: Parquet's dictionary encoding of the embeddings (every
+    # float distinct) is built and then dropped in every part file; without it
+    # the write takes a third less time.
+    (out.write.mode("overwrite" if a.overwrite else "error")
+     .option("parquet.enable.dictionary", "false").parquet(a.output))
     t_job = time.perf_counter() - t0 - t_session - t_ids
     if kind != "none" and not a.calibrator:
         emb.unpersist()
