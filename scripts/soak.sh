@@ -51,7 +51,8 @@ if [[ "${1:-}" == "--floods" ]]; then
     wait $flood || true
   }
   flood_server "${BERTFLOW_MODEL:-models/all-MiniLM-L6-v2}" embed_texts embed_ids v1_ids embed_all half_headers
-  flood_server crates/encoder/tests/fixtures/tiny-bert-cls rerank root_rerank predict half_headers
+  # A one-label head: /rerank needs one (tiny-bert-cls has two labels, a 424 on /rerank).
+  flood_server crates/encoder/tests/fixtures/tiny-roberta-cls rerank root_rerank predict half_headers
   exit $status
 fi
 duration=${1:-600}

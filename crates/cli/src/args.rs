@@ -77,10 +77,6 @@ pub struct RetrievalArgs {
     /// Keep only the K largest entries of each sparse vector.
     #[arg(long, value_name = "K")]
     pub max_active_dims: Option<usize>,
-    /// Name the K largest entries of each sparse vector (a "tokens" field of .jsonl
-    /// output: [token, weight] pairs, largest first, as SparseEncoder.decode).
-    #[arg(long, value_name = "K")]
-    pub decode: Option<usize>,
     /// Encode queries: cut to, then pad with the mask token to, this many tokens (ColBERT
     /// query augmentation).
     #[arg(long, value_name = "TOKENS")]
@@ -106,11 +102,11 @@ impl RetrievalArgs {
         };
         o.sparse |= splade;
         if o == Outputs::default() {
-            let sparse_flags = self.max_active_dims.is_some() || self.decode.is_some();
+            let sparse_flags = self.max_active_dims.is_some();
             let multi_flags = self.query_length.is_some() || self.skip_first.is_some();
             if sparse_flags || multi_flags {
                 bail!(
-                    "--max-active-dims, --decode, --query-length and --skip-first apply to sparse \
+                    "--max-active-dims, --query-length and --skip-first apply to sparse \
                      or per-token outputs: add --pooling splade, --outputs or --multi-vector"
                 );
             }

@@ -46,6 +46,10 @@ pub struct EncodeArgs {
     /// Sparse and per-token outputs (`--outputs`, `--multi-vector`, ...).
     #[command(flatten)]
     pub retrieval: crate::args::RetrievalArgs,
+    /// Name the K largest entries of each sparse vector (a "tokens" field of .jsonl
+    /// output: [token, weight] pairs, largest first, as SparseEncoder.decode).
+    #[arg(long, value_name = "K")]
+    pub decode: Option<usize>,
 }
 
 pub fn run(a: EncodeArgs) -> Result<()> {

@@ -53,10 +53,10 @@ pub fn run(a: EncodeArgs, outputs: Outputs) -> Result<()> {
         );
     }
     let r = &a.retrieval;
-    if r.decode == Some(0) {
+    if a.decode == Some(0) {
         bail!("--decode must be at least 1");
     }
-    if r.decode.is_some() && !(outputs.sparse && is_jsonl(&a.output)) {
+    if a.decode.is_some() && !(outputs.sparse && is_jsonl(&a.output)) {
         bail!("--decode names sparse entries in .jsonl output: write sparse vectors to .jsonl");
     }
     let input = read_sentences(&a.input, a.jsonl, a.empty)?;
@@ -70,7 +70,7 @@ pub fn run(a: EncodeArgs, outputs: Outputs) -> Result<()> {
         query_length: r.query_length,
     };
     let got = retriever.encode(&input.texts, &opts)?;
-    let decoded: Option<Vec<Vec<(String, f32)>>> = r.decode.map(|k| {
+    let decoded: Option<Vec<Vec<(String, f32)>>> = a.decode.map(|k| {
         got.sparse
             .iter()
             .flatten()

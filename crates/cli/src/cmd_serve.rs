@@ -4,12 +4,13 @@
 //! and the model backend (`bertflow_server::model`) live in `bertflow-server`;
 //! this module parses the options, loads the model, calibrator and index, and
 //! starts it.
-use crate::args::{open_pipeline, VectorArgs};
+use crate::args::{open_pipeline, RetrievalArgs, VectorArgs};
 use crate::progress;
 use anyhow::{Context, Result};
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_server::model::{IndexOptions, MappedIndex, ModelBackend};
 use bertflow_server::rerank_model::RerankBackend;
+use bertflow_server::retrieval_model::{RetrievalBackend, RetrievalServing};
 use bertflow_server::{ApiKeys, EmbedBackend, Limits, LogFormat, ServerConfig};
 use clap::Args;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ Vectors are not L2-normalised (except on TEI's /embed, which normalises by defau
 With a --calibrator that ends in a quantizer stage (`bertflow fit --quantize`), /v1/embeddings' \
 encoding_format int8, uint8, binary or ubinary answers its codes (see docs/serving.md); \
 over a quantized --index, /search rescores the best --rescore x top_k codes exactly. \
-text-embeddings-inference's routes: POST /embed, /embed_all, /rerank, /predict, /decode, POST / (routed by the body), \
+text-embeddings-inference's routes: POST /embed, /embed_all, /embed_sparse (--pooling splade), /rerank, /predict, /decode, POST / (routed by the body), \
 and /similarity and /tokenize given \"inputs\"; its launcher flags --model-id, --hostname, --port, --api-key, \
 --max-batch-tokens, --max-client-batch-size and --auto-truncate are accepted (see docs/tei.md).
 
@@ -152,6 +153,10 @@ pub struct ServeArgs {
     /// an empty one turns the model's default prompt off.
     #[arg(long, value_name = "TEXT")]
     pub default_prompt: Option<String>,
+    /// Sparse and per-token outputs (`--pooling splade`, `--outputs`): POST /embed_sparse,
+    /// /embed_multi and /rerank by late interaction.
+    #[command(flatten)]
+    pub retrieval: RetrievalArgs,
 }
 
 /// An API key from the command line or the environment; `Debug` never shows it.
@@ -233,12 +238,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
         prompt_name: a.default_prompt_name.clone(),
         prompt: a.default_prompt.clone(),
     };
-    let (backend, corpus, search_index) =
-        if bertflow_core::rerank::is_reranker(&vectors.model.model).unwrap_or(false) {
-            (reranker_backend(&a, &vectors)?, None, None)
-        } else {
-            embedding_backend(&a, vectors)?
-        };
+    let retrieval = a.retrieval.outputs(vectors.pooling.as_ref())?;
+    let (backend, corpus, search_index) = if let Some(outputs) = retrieval {
+        (retrieval_backend(&a, &vectors, outputs)?, None, None)
+    } else if bertflow_core::rerank::is_reranker(&vectors.model.model).unwrap_or(false) {
+        (reranker_backend(&a, &vectors)?, None, None)
+    } else {
+        embedding_backend(&a, vectors)?
+    };
     let info = backend.info();
     progress::note(format!(
         "serving {} (pooling {}, {}, dimension {}, max_len {}) with {} batch worker(s)",
@@ -311,6 +318,37 @@ fn reranker_backend(a: &ServeArgs, vectors: &VectorArgs) -> Result<Arc<dyn Embed
     };
     let reranker = config.open(progress::handle())?;
     Ok(Arc::new(RerankBackend::new(reranker)))
+}
+
+/// The backend of a model served for its retrieval outputs (`--pooling splade`,
+/// `--outputs dense,sparse,multi`): /embed_sparse, /embed_multi, late-interaction
+/// /rerank, and the dense first-token vector when asked for.
+fn retrieval_backend(
+    a: &ServeArgs,
+    vectors: &VectorArgs,
+    outputs: bertflow_core::encoder::head::Outputs,
+) -> Result<Arc<dyn EmbedBackend>> {
+    if a.index.is_some() || a.corpus.is_some() {
+        anyhow::bail!(
+            "--index and --corpus search dense pipeline vectors; a model served with \
+             --pooling splade or --outputs has no /search"
+        );
+    }
+    if vectors.calibrator.is_some() {
+        anyhow::bail!(
+            "--calibrator applies to dense pooling outputs only; sparse and per-token outputs \
+             are served as the model makes them"
+        );
+    }
+    let r = &a.retrieval;
+    let retriever = bertflow_core::retrieval::Retriever::open(&vectors.model, progress::handle())?;
+    let serving = RetrievalServing {
+        outputs,
+        max_active_dims: r.max_active_dims,
+        skip_first: r.skip_first,
+        query_length: r.query_length,
+    };
+    Ok(Arc::new(RetrievalBackend::new(retriever, serving)?))
 }
 
 type Served = (

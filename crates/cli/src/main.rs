@@ -146,6 +146,10 @@ fn main() {
     let result = match cli.command {
         Command::Encode(a) => match a.retrieval.outputs(a.vectors.pooling.as_ref()) {
             Ok(Some(outputs)) => cmd_encode_retrieval::run(a, outputs),
+            Ok(None) if a.decode.is_some() => Err(anyhow::anyhow!(
+                "--decode names the entries of sparse vectors: add --pooling splade or \
+                 --outputs sparse"
+            )),
             Ok(None) => cmd_encode::run(a),
             Err(e) => Err(e),
         },

@@ -135,6 +135,8 @@ fn every_endpoint_and_error_class_over_http() {
                 "max_body_bytes": 4194304, "max_queue_inputs": 1024, "max_queue_tokens": 32768,
                 "max_batch_tokens": 8192, "max_batch_size": 64,
                 "workers": std::thread::available_parallelism().map_or(1, |n| n.get()),
+                // 0: as many tokenization workers as batch workers.
+                "tokenization_workers": 0,
                 "max_top_k": 1000,
                 "max_connections": 512, "header_timeout_ms": 10000, "body_timeout_ms": 30000,
                 "idle_timeout_ms": 60000, "shutdown_timeout_ms": 30000

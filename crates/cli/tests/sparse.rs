@@ -325,3 +325,153 @@ fn calibrators_refuse_the_splade_pooling() {
         "{e}"
     );
 }
+
+/// POST `body` to the server; the status and the JSON answer.
+fn post(server: &common::serve::Server, path: &str, body: Value) -> (u16, Value) {
+    common::serve::runtime().block_on(async {
+        let r = common::serve::client()
+            .post(server.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    })
+}
+
+fn served(model: &str, extra: &[&str]) -> common::serve::Server {
+    let mut args = vec!["--model", model, "--host", "127.0.0.1", "--port", "0"];
+    args.extend(extra);
+    common::serve::Server::start_raw(&args)
+}
+
+#[test]
+fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
+    let _serial = common::serve::serial();
+    let g = golden("bge-m3");
+    let cases = g["cases"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let q = &g["query"];
+    let query_len = q["length"].as_u64().unwrap().to_string();
+    let server = served(
+        &fixture("bge-m3"),
+        &[
+            "--outputs",
+            "dense,sparse,multi",
+            "--query-length",
+            &query_len,
+        ],
+    );
+    // /embed_sparse in TEI's shape: [{index, value}] per input, ids ascending
+    // (the reference cut the long case at the model's 38 tokens: truncate).
+    let (status, body) = post(
+        &server,
+        "/embed_sparse",
+        serde_json::json!({"inputs": texts, "truncate": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    for (got, c) in body.as_array().unwrap().iter().zip(cases) {
+        let got = SparseVector {
+            indices: got
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["index"].as_u64().unwrap() as u32)
+                .collect(),
+            values: got
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["value"].as_f64().unwrap() as f32)
+                .collect(),
+        };
+        assert!(close(&got, &sparse(&c["sparse"])), "{}", c["text"]);
+    }
+    // /embed_multi: the reference's per-token vectors; a query padded to its length.
+    let (status, body) = post(
+        &server,
+        "/embed_multi",
+        serde_json::json!({"inputs": texts, "truncate": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    for (got, c) in body.as_array().unwrap().iter().zip(cases) {
+        let d = matrix(got) - matrix(&c["colbert"]);
+        assert!(d.iter().all(|x| x.abs() < 1e-5), "{}", c["text"]);
+    }
+    let (status, body) = post(
+        &server,
+        "/embed_multi",
+        serde_json::json!({"inputs": q["text"], "is_query": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let d = matrix(&body[0]) - matrix(&q["colbert"]);
+    assert!(d.iter().all(|x| x.abs() < 1e-5), "{body}");
+    // /embed: BGE-M3's dense output (unit length already).
+    let (status, body) = post(&server, "/embed", serde_json::json!({"inputs": texts[0]}));
+    assert_eq!(status, 200, "{body}");
+    let d = matrix(&body) - matrix(&Value::Array(vec![cases[0]["dense"].clone()]));
+    assert!(d.iter().all(|x| x.abs() < 1e-5), "{body}");
+    // /rerank by MaxSim of the padded query against each text, best first.
+    let (status, body) = post(
+        &server,
+        "/rerank",
+        serde_json::json!({"query": q["text"], "texts": texts, "truncate": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let qm = matrix(&q["colbert"]);
+    let ranks = body.as_array().unwrap();
+    assert_eq!(ranks.len(), texts.len());
+    for pair in ranks.windows(2) {
+        assert!(
+            pair[0]["score"].as_f64() >= pair[1]["score"].as_f64(),
+            "{body}"
+        );
+    }
+    for r in ranks {
+        let i = r["index"].as_u64().unwrap() as usize;
+        let want = maxsim(qm.view(), matrix(&cases[i]["colbert"]).view()).unwrap();
+        let got = r["score"].as_f64().unwrap() as f32;
+        assert!((got - want).abs() < 1e-4, "{got} vs {want}");
+    }
+    server.stop();
+
+    // A SPLADE model: /embed_sparse as the reference; /embed is refused (424).
+    let g = golden("bert-splade");
+    let server = served(&fixture("bert-splade"), &["--pooling", "splade"]);
+    let case = &g["cases"][0];
+    let (status, body) = post(
+        &server,
+        "/embed_sparse",
+        serde_json::json!({"inputs": case["text"]}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let got = SparseVector {
+        indices: body[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["index"].as_u64().unwrap() as u32)
+            .collect(),
+        values: body[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["value"].as_f64().unwrap() as f32)
+            .collect(),
+    };
+    assert!(close(&got, &sparse(&case["sparse"])), "{body}");
+    let (status, body) = post(&server, "/embed", serde_json::json!({"inputs": "a"}));
+    assert_eq!(status, 424, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("--outputs"),
+        "{body}"
+    );
+    server.stop();
+
+    // A dense model served as usual has no sparse head: TEI's 424.
+    let server = served(&fixture("bert"), &[]);
+    let (status, body) = post(&server, "/embed_sparse", serde_json::json!({"inputs": "a"}));
+    assert_eq!(status, 424, "{body}");
+    assert_eq!(body["error_type"], "Backend", "{body}");
+    server.stop();
+}

@@ -421,3 +421,16 @@ fn the_docs_say_the_default_models_pooling() {
         .and_then(|m| m.get("pooling").cloned());
     assert_eq!(pooling.as_deref(), Some("last-avg"));
 }
+
+/// `--model`'s help names every model_type the encoder accepts (it once listed
+/// only the seven BERT-era families after six more had landed).
+#[test]
+fn model_help_lists_every_family() {
+    let tmp = tempfile::tempdir().unwrap();
+    let help = ok(&bertflow(&["encode", "--help"], tmp.path()));
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (model_type, _) in bertflow_core::encoder::Architecture::SUPPORTED {
+        let name = model_type.trim_end_matches("_text");
+        assert!(flat.contains(name), "--model's help omits {model_type}:\n{help}");
+    }
+}

@@ -97,6 +97,16 @@ pub struct Tokenized {
     pub truncated: bool,
 }
 
+/// One input's sparse vector, as returned by [`EmbedBackend::embed_sparse`]:
+/// vocabulary ids ascending, each with its (positive) weight.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SparseEmbedded {
+    /// Token ids, ascending, no repeats.
+    pub indices: Vec<u32>,
+    /// One weight per id.
+    pub values: Vec<f32>,
+}
+
 /// One token of an input with its place in the text, for TEI's `POST /tokenize`
 /// (returned by [`EmbedBackend::token_spans`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +201,40 @@ pub trait EmbedBackend: Send + Sync + 'static {
     fn embed_all(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
         let _ = batch;
         None
+    }
+
+    /// The sparse vector of each input of a token batch (SPLADE, BGE-M3's
+    /// token weights), for TEI's `POST /embed_sparse`. `None` (the default):
+    /// the model has no sparse head (424 on that route, as TEI answers a
+    /// model without `--pooling splade`).
+    fn embed_sparse(
+        &self,
+        batch: &[Encoding],
+    ) -> Option<Result<Vec<SparseEmbedded>, BackendError>> {
+        let _ = batch;
+        None
+    }
+
+    /// The per-token (multi-vector, ColBERT) vectors of each input of a
+    /// token batch: one `tokens x dim` matrix per input, each row unit
+    /// length, for `POST /embed_multi` and late-interaction `/rerank`.
+    /// `None` (the default): not supported (424).
+    fn embed_multi(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+        let _ = batch;
+        None
+    }
+
+    /// A late-interaction query as token ids: [`EmbedBackend::encode`]'s,
+    /// padded with the mask token to the model's query length where it has
+    /// one (ColBERT's query augmentation). The default: `encode(text, None)`.
+    fn encode_query(&self, text: &str) -> Result<Encoding, BackendError> {
+        self.encode(text, None)
+    }
+
+    /// Whether `/rerank` scores by late interaction (MaxSim over
+    /// [`EmbedBackend::embed_multi`]'s vectors) rather than a classifier.
+    fn late_interaction(&self) -> bool {
+        false
     }
 
     /// Raw classifier logits of each input of a token batch (a text or a

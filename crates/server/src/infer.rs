@@ -30,6 +30,8 @@ pub(crate) enum Input {
     Pair(String, String),
     /// The model's own token ids, used as they are.
     Ids(Vec<u32>),
+    /// A late-interaction query ([`EmbedBackend::encode_query`]).
+    Query(String),
 }
 
 /// The queue, its workers and the tokenization workers.
@@ -153,6 +155,7 @@ fn encode_all(
             let encoded = match input {
                 Input::Text(text) => backend.encode(&text, None),
                 Input::Pair(a, b) => backend.encode(&a, Some(&b)),
+                Input::Query(text) => backend.encode_query(&text),
                 Input::Ids(ids) => return ids_encoding(ids, &param, truncation, max_len, vocab),
             };
             let encoding = encoded.map_err(|e| {

@@ -11,7 +11,7 @@ use crate::state::{check_count, check_text, kind_of, AppState};
 /// What the request log shows of an input.
 pub(crate) fn piece_text(piece: &Piece) -> &str {
     match piece {
-        Piece::Text(t) | Piece::Pair(t, _) => t,
+        Piece::Text(t) | Piece::Pair(t, _) | Piece::Query(t) => t,
         Piece::Ids(_) => "<token ids>",
     }
 }

@@ -159,6 +159,7 @@ mod backend;
 mod codes;
 mod config;
 mod conn;
+mod embed_outputs;
 mod error;
 mod index;
 mod infer;
@@ -175,6 +176,8 @@ mod queue;
 mod rerank;
 #[cfg(feature = "model")]
 pub mod rerank_model;
+#[cfg(feature = "model")]
+pub mod retrieval_model;
 mod routes;
 mod search;
 mod state;
@@ -190,7 +193,8 @@ use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
 pub use backend::{
-    BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind, TokenSpan, Tokenized,
+    BackendError, BackendInfo, EmbedBackend, Embedded, Encoding, ModelKind, SparseEmbedded,
+    TokenSpan, Tokenized,
 };
 pub use config::{Limits, ServerConfig};
 pub use error::{ApiError, ServerError};

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::{api, rerank, search, tei, tools};
+use crate::{api, embed_outputs, rerank, search, tei, tools};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -17,7 +17,8 @@ use crate::{api, rerank, search, tei, tools};
         title = "bertflow-server",
         description = "Calibrated BERT sentence embeddings: OpenAI-compatible /v1/embeddings, \
 similarity, search, tokenisation and metrics, and text-embeddings-inference's API (/embed, \
-/embed_all, /rerank, /predict, /decode, POST /; /similarity and /tokenize given `inputs` take \
+/embed_all, /embed_sparse, /rerank, /predict, /decode, POST /; /embed_multi gives per-token (ColBERT) vectors, and /rerank scores by \
+MaxSim when the model is served with per-token outputs; /similarity and /tokenize given `inputs` take \
 TEI's shapes {\"inputs\": {\"source_sentence\", \"sentences\"}} and {\"inputs\", \"add_special_tokens\"}). When the server is started with API keys, every \
 route but /health and the playground page / requires 'Authorization: Bearer KEY'."
     ),
@@ -34,6 +35,8 @@ route but /health and the playground page / requires 'Authorization: Bearer KEY'
         api::models,
         tei::embed,
         tei::embed_all,
+        embed_outputs::embed_sparse,
+        embed_outputs::embed_multi,
         tei::decode,
         tei::root,
         rerank::rerank,

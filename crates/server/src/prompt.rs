@@ -42,7 +42,7 @@ pub(crate) fn prompted_pieces(
         .enumerate()
         .filter_map(|(i, p)| match p {
             Piece::Text(t) => Some((t.clone(), i)),
-            Piece::Ids(_) | Piece::Pair(..) => None,
+            Piece::Ids(_) | Piece::Pair(..) | Piece::Query(_) => None,
         })
         .unzip();
     let mut pieces = pieces;

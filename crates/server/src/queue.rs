@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 
-use crate::backend::{EmbedBackend, Embedded, Encoding};
+use crate::backend::{EmbedBackend, Embedded, Encoding, SparseEmbedded};
 use crate::error::ApiError;
 use crate::metrics::{Load, Metrics};
 
@@ -44,6 +44,10 @@ pub(crate) enum Task {
     EmbedAll,
     /// Classifier logits ([`EmbedBackend::predict`]).
     Predict,
+    /// A sparse vector per input ([`EmbedBackend::embed_sparse`]).
+    EmbedSparse,
+    /// Per-token vectors per input ([`EmbedBackend::embed_multi`]).
+    EmbedMulti,
 }
 
 /// One input's answer.
@@ -52,6 +56,8 @@ pub(crate) enum Output {
     Vector(Embedded),
     States(Vec<Vec<f32>>),
     Logits(Vec<f32>),
+    Sparse(SparseEmbedded),
+    Multi(Vec<Vec<f32>>),
 }
 
 type Answer = Result<Vec<Output>, ApiError>;
@@ -554,6 +560,12 @@ fn call(shared: &Shared, task: Task, batch: &[Encoding]) -> Result<Vec<Output>, 
         Ok(Some(Err(message))) => Err(ApiError::Backend(message)),
         Ok(None) => Err(ApiError::NotSupported(match task {
             Task::EmbedAll => "this backend cannot return per-token vectors".into(),
+            Task::EmbedSparse => "model has no sparse head: /embed_sparse needs a SPLADE \
+                                  model (`serve --pooling splade`) or BGE-M3's sparse_linear.pt"
+                .into(),
+            Task::EmbedMulti => "model gives no per-token vectors: serve it with \
+                                 `--outputs multi` (ColBERT, BGE-M3)"
+                .into(),
             _ => "this backend has no classifier head".into(),
         })),
         Err(_) => Err(ApiError::Backend("the backend panicked".into())),
@@ -569,6 +581,29 @@ fn call(shared: &Shared, task: Task, batch: &[Encoding]) -> Result<Vec<Output>, 
             backend.embed_all(batch).map(|r| {
                 r.map_err(|e| e.message)
                     .map(|m| m.into_iter().map(Output::States).collect())
+            })
+        }),
+        Task::EmbedSparse => caught(&|| {
+            backend.embed_sparse(batch).map(|r| {
+                let rows = r.map_err(|e| e.message)?;
+                if let Some(bad) = rows.iter().find(|v| !sparse_ok(v)) {
+                    return Err(format!(
+                        "the backend returned a sparse vector of {} ids and {} weights, not \
+                         ascending or not finite",
+                        bad.indices.len(),
+                        bad.values.len()
+                    ));
+                }
+                Ok(rows.into_iter().map(Output::Sparse).collect())
+            })
+        }),
+        Task::EmbedMulti => caught(&|| {
+            backend.embed_multi(batch).map(|r| {
+                let rows = r.map_err(|e| e.message)?;
+                if rows.iter().flatten().flatten().any(|x| !x.is_finite()) {
+                    return Err("the backend returned a token vector that is not finite".into());
+                }
+                Ok(rows.into_iter().map(Output::Multi).collect())
             })
         }),
         Task::Predict => caught(&|| {
@@ -587,6 +622,13 @@ fn call(shared: &Shared, task: Task, batch: &[Encoding]) -> Result<Vec<Output>, 
             })
         }),
     }
+}
+
+/// Ids ascending without repeats, one finite weight each.
+fn sparse_ok(v: &SparseEmbedded) -> bool {
+    v.indices.len() == v.values.len()
+        && v.indices.windows(2).all(|w| w[0] < w[1])
+        && v.values.iter().all(|x| x.is_finite())
 }
 
 /// Embed a token batch, checking the answer's count and dimension; each

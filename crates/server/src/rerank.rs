@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::access::Ctx;
 use crate::backend::ModelKind;
+use crate::embed_outputs::{maxsim, multi_vectors};
 use crate::error::ApiError;
 use crate::infer::Input;
 use crate::queue::{Output, Task};
@@ -77,15 +78,6 @@ pub(crate) async fn rerank_value(
         return Err(ApiError::empty("texts", "`texts` cannot be empty").into());
     }
     check_count(request.texts.len(), &state.config)?;
-    if state.info.kind != ModelKind::Reranker || state.info.labels.len() != 1 {
-        return Err(TeiError::backend(match state.info.kind {
-            ModelKind::Embedding => "model is not a re-ranker model: this server serves an embedding model; use /embed".to_owned(),
-            ModelKind::Reranker => format!(
-                "model is not a re-ranker model: its classifier has {} labels, a reranker has one; use /predict",
-                state.info.labels.len()
-            ),
-        }));
-    }
     let max_chars = state.config.limits.max_chars_per_input;
     check_text(&request.query, "query", max_chars)?;
     for (k, t) in request.texts.iter().enumerate() {
@@ -100,6 +92,18 @@ pub(crate) async fn rerank_value(
         request.truncate,
         request.truncation_direction,
     );
+    if state.backend.late_interaction() {
+        return late_interaction(state, request, truncation).await;
+    }
+    if state.info.kind != ModelKind::Reranker || state.info.labels.len() != 1 {
+        return Err(TeiError::backend(match state.info.kind {
+            ModelKind::Embedding => "model is not a re-ranker model: this server serves an embedding model; use /embed".to_owned(),
+            ModelKind::Reranker => format!(
+                "model is not a re-ranker model: its classifier has {} labels, a reranker has one; use /predict",
+                state.info.labels.len()
+            ),
+        }));
+    }
     let pairs: Vec<Pair> = request
         .texts
         .iter()
@@ -276,6 +280,34 @@ fn parse_predict_inputs(value: Value) -> Result<(Vec<Pair>, bool), TeiError> {
             kind_of(&other)
         ))),
     }
+}
+
+/// `/rerank` served by a multi-vector (ColBERT) model: MaxSim of the query's
+/// token vectors (padded to the model's query length) against each text's,
+/// best first; the raw sum is the score (it has no logit to squash, so
+/// `raw_scores` changes nothing).
+async fn late_interaction(
+    state: &Arc<AppState>,
+    request: RerankRequest,
+    truncation: Truncation,
+) -> Result<Json<Vec<Rank>>, TeiError> {
+    let inputs = std::iter::once(Input::Query(request.query.clone()))
+        .chain(request.texts.iter().cloned().map(Input::Text))
+        .collect();
+    let mut matrices = multi_vectors(state, inputs, truncation).await?.into_iter();
+    let query = matrices.next().unwrap_or_default();
+    let mut ranks = matrices
+        .enumerate()
+        .map(|(index, doc)| {
+            Ok(Rank {
+                index,
+                text: request.return_text.then(|| request.texts[index].clone()),
+                score: maxsim(&query, &doc)?,
+            })
+        })
+        .collect::<Result<Vec<_>, TeiError>>()?;
+    ranks.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+    Ok(Json(ranks))
 }
 
 /// Run the classifier through the queue: one logit row per input, each as

@@ -9,7 +9,7 @@ use axum::Router;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{access, api, openapi, rerank, search, tei, tools};
+use crate::{access, api, embed_outputs, openapi, rerank, search, tei, tools};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.config.limits.max_body_bytes;
@@ -20,6 +20,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/", get(tools::playground).post(tei::root))
         .route("/embed", post(tei::embed))
         .route("/embed_all", post(tei::embed_all))
+        .route("/embed_sparse", post(embed_outputs::embed_sparse))
+        .route("/embed_multi", post(embed_outputs::embed_multi))
         .route("/decode", post(tei::decode))
         .route("/rerank", post(rerank::rerank))
         .route("/predict", post(rerank::predict))

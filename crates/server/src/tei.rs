@@ -166,7 +166,7 @@ fn texts_only(pieces: Vec<Piece>) -> Result<Vec<String>, TeiError> {
         .into_iter()
         .map(|p| match p {
             Piece::Text(t) => Ok(t),
-            Piece::Ids(_) | Piece::Pair(..) => Err(TeiError::unprocessable(
+            Piece::Ids(_) | Piece::Pair(..) | Piece::Query(_) => Err(TeiError::unprocessable(
                 "this route takes text only, not token ids",
             )),
         })

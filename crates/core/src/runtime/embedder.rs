@@ -27,8 +27,9 @@ pub struct EmbedderConfig {
     /// pytorch_model.bin, tokenizer.json or vocab.txt), a sentence-transformers
     /// directory, or a hub id (e.g. bert-base-uncased) found in the local Hugging Face
     /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). config.json's
-    /// model_type: bert, roberta, xlm-roberta, camembert, distilbert, mpnet or
-    /// modernbert. Default: $BERTFLOW_MODEL, else models/all-MiniLM-L6-v2 in the
+    /// model_type: bert, roberta, xlm-roberta, camembert, distilbert, mpnet,
+    /// modernbert, deberta-v2, nomic_bert, gte, jina_embeddings_v3, qwen3, qwen2,
+    /// gemma3(_text) or eurobert (docs/models-and-poolings.md). Default: $BERTFLOW_MODEL, else models/all-MiniLM-L6-v2 in the
     /// working directory or in the checkout bertflow was built in.
     #[cfg_attr(
         feature = "clap",

@@ -28,6 +28,8 @@ pub struct Retriever {
     pub encoder: RetrievalEncoder,
     pub opts: EncodeOptions,
     pub prompt: Option<crate::Prompt>,
+    /// The model's named prompts (`config_sentence_transformers.json`).
+    pub prompts: bertflow_encoder::st::StPrompts,
 }
 
 impl Retriever {
@@ -63,6 +65,33 @@ impl Retriever {
             encoder,
             opts,
             prompt,
+            prompts,
+        })
+    }
+
+    /// `texts` with the prompt of `prompt_name` before each (`None`: the
+    /// retriever's own prompt), by the prompt rule of
+    /// [`crate::runtime::prompt::resolve`]: what the server calls once per
+    /// request. An unknown name is an error naming the known ones.
+    pub fn prompt_texts(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>> {
+        let prompt = match prompt_name {
+            None => self.prompt.clone(),
+            Some(name) => {
+                let asked = crate::PromptConfig {
+                    prompt_name: Some(name.to_string()),
+                    prompt: None,
+                };
+                let model = self.encoder.encoder().model_id();
+                crate::runtime::prompt::resolve(&self.prompts, &asked, model)?
+            }
+        };
+        Ok(match prompt {
+            Some(p) => crate::runtime::prompt::apply(Some(&p), &texts),
+            None => texts,
         })
     }
 

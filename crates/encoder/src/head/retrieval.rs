@@ -24,11 +24,11 @@ use crate::error::{EncoderError, Result};
 use crate::precision::Precision;
 use crate::st::normalize_rows;
 use crate::tuning::TuneOptions;
+use crate::workers::run_batches;
 use crate::EmbeddingCache;
 use bertflow_kernels::{Act, PackedLinear};
 use ndarray::Array2;
 use serde_json::Value;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Which outputs to compute.
@@ -233,6 +233,62 @@ impl RetrievalEncoder {
         opts: &RetrievalOptions,
         run: &EncodeOptions,
     ) -> Result<Retrieved> {
+        self.check(opts)?;
+        let toks = texts
+            .iter()
+            .map(|t| self.tokenize(t.as_ref(), opts.query_length))
+            .collect::<Result<Vec<_>>>()?;
+        self.encode_ids(&toks, opts, run)
+    }
+
+    /// The outputs `opts` asks for of inputs already tokenised by
+    /// [`RetrievalEncoder::tokenize`] (each 1 to `max_len` ids; a query
+    /// already padded: `opts.query_length` is not applied again).
+    pub fn encode_ids(
+        &self,
+        toks: &[Vec<u32>],
+        opts: &RetrievalOptions,
+        run: &EncodeOptions,
+    ) -> Result<Retrieved> {
+        self.check(opts)?;
+        let max_len = self.encoder.max_len();
+        let vocab = self.encoder.config().vocab_size;
+        if let Some(bad) = toks.iter().find(|t| t.is_empty() || t.len() > max_len) {
+            return Err(EncoderError::Unsupported(format!(
+                "an input of {} token ids, outside 1..={max_len}",
+                bad.len()
+            )));
+        }
+        if let Some(&id) = toks.iter().flatten().find(|&&id| id as usize >= vocab) {
+            return Err(EncoderError::Unsupported(format!(
+                "token id {id} is outside the vocabulary (0..{vocab})"
+            )));
+        }
+        let mut order: Vec<usize> = (0..toks.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(toks[i].len()));
+        let bs = run.batch_size.max(1);
+        let batches: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| toks[a].len() == toks[b].len())
+            .flat_map(|r| r.chunks(bs))
+            .collect();
+        let out: Mutex<Vec<Option<Row>>> = Mutex::new(vec![None; toks.len()]);
+        run_batches(
+            batches.len(),
+            run.threads,
+            |b, ws| self.run_batch(batches[b], toks, opts, ws),
+            |b, rows| {
+                let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                for (&i, row) in batches[b].iter().zip(rows) {
+                    out[i] = Some(row);
+                }
+            },
+        )?;
+        let rows = out.into_inner().unwrap_or_else(|e| e.into_inner());
+        self.collect(rows, toks, opts)
+    }
+
+    /// The options' own checks: a sparse output needs a sparse head.
+    fn check(&self, opts: &RetrievalOptions) -> Result<()> {
         if opts.outputs.sparse && self.sparse.is_none() {
             return Err(EncoderError::Unsupported(format!(
                 "{} has no sparse head: a sparse output needs a *ForMaskedLM checkpoint (SPLADE) \
@@ -246,54 +302,7 @@ impl RetrievalEncoder {
                 "max_active_dims must be a positive integer".into(),
             ));
         }
-        let toks = texts
-            .iter()
-            .map(|t| self.tokenize(t.as_ref(), opts.query_length))
-            .collect::<Result<Vec<_>>>()?;
-        let mut order: Vec<usize> = (0..toks.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(toks[i].len()));
-        let bs = run.batch_size.max(1);
-        let batches: Vec<&[usize]> = order
-            .chunk_by(|&a, &b| toks[a].len() == toks[b].len())
-            .flat_map(|r| r.chunks(bs))
-            .collect();
-        let out: Mutex<Vec<Option<Row>>> = Mutex::new(vec![None; toks.len()]);
-        let next = AtomicUsize::new(0);
-        let first_error: Mutex<Option<EncoderError>> = Mutex::new(None);
-        let worker = || {
-            let mut ws = Workspace::new();
-            loop {
-                let b = next.fetch_add(1, Ordering::Relaxed);
-                if b >= batches.len() || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
-                    return;
-                }
-                match self.run_batch(batches[b], &toks, opts, &mut ws) {
-                    Ok(rows) => {
-                        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-                        for (&i, row) in batches[b].iter().zip(rows) {
-                            out[i] = Some(row);
-                        }
-                    }
-                    Err(e) => {
-                        let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
-                        slot.get_or_insert(e);
-                        return;
-                    }
-                }
-            }
-        };
-        let threads = run.threads.clamp(1, batches.len().max(1));
-        std::thread::scope(|s| {
-            for _ in 1..threads {
-                s.spawn(worker);
-            }
-            worker();
-        });
-        if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Err(e);
-        }
-        let rows = out.into_inner().unwrap_or_else(|e| e.into_inner());
-        self.collect(rows, &toks, opts)
+        Ok(())
     }
 
     fn collect(
