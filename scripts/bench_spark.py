@@ -8,16 +8,19 @@ Usage (after scripts/setup.sh; a quiet machine: check `uptime`):
 
 The corpus is every distinct sentence of the seven STS tasks (about 30k; the
 set `bertflow compare` encodes), as a text file for the CLI and as Parquet
-(text only: the job adds the ids) for Spark. One untimed Spark run first
-writes the local JVM's class archive (bertflow.spark._jvm; every later local
-session starts from it, as a user's second run does). Then each round runs,
-back to back, the CLI at 1 thread, Spark at local[1], the CLI at 2 threads and
-Spark at local[2], each timed end to end (process start to exit); the ratio
-of a round is the CLI's wall time over Spark's at the same number of cores,
-and the table gives the median round. The Spark command reports its own split:
-session (JVM) start, job time, the driver's peak RSS, and per task
-(BERTFLOW_SPARK_STATS=1) model load, encode seconds and the worker's peak RSS.
-The largest process of each tree (the JVM for Spark) is polled from /proc
+(text only: the job adds the ids) for Spark. One untimed Spark run on 200 of
+them first writes the local JVM's class archive (bertflow.spark._jvm; every
+later local session starts from it, as a user's second run does). Then each
+round runs, back to back, the CLI at 1 thread, Spark at local[1], the CLI at 2
+threads and Spark at local[2], each timed end to end (process start to exit);
+the ratio of a round is the CLI's wall time over Spark's at the same number of
+cores, and the table gives the median round. The Spark command reports its own
+split: Python's start and imports, session (JVM) start, the ids, the job, the
+driver's peak RSS, and per task (BERTFLOW_SPARK_STATS=1) the worker's start,
+model loads, encoder threads, OS threads, encode seconds and peak RSS; from
+local[1] the report derives the scale model of docs/spark.md (a per-job fixed
+cost and a per-sentence cost per core). The largest process of each tree (the
+JVM for Spark) is polled from /proc
 (VmHWM). Prints Markdown.
 """
 
@@ -99,23 +102,31 @@ def corpus(folder, limit):
     out = out[:limit] if limit else out
     (folder / "corpus.txt").write_text("".join(s + "\n" for s in out), encoding="utf-8")
     pq.write_table(pa.table({"text": out}), folder / "corpus.parquet")
+    pq.write_table(pa.table({"text": out[:200]}), folder / "warm.parquet")
     return len(out)
 
 
-def spark_run(folder, master, pooling):
+def spark_run(folder, master, pooling, corpus="corpus.parquet"):
     env = dict(os.environ, BERTFLOW_SPARK_STATS="1")
     out = folder / f"out-{master.strip('local[]')}.parquet"
-    cmd = [sys.executable, "-m", "bertflow.spark", "--input", str(folder / "corpus.parquet"),
+    cmd = [sys.executable, "-m", "bertflow.spark", "--input", str(folder / corpus),
            "--output", str(out), "--overwrite", "--pooling", pooling, "--master", master]
     wall, err, peaks = run(cmd, env)
-    m = re.search(r"session ([\d.]+) s, job ([\d.]+) s, driver peak RSS (\d+) MB", err)
-    tasks = [dict(zip(("pid", "rows", "load", "encode", "task", "rss"),
-                      (int(a), int(b), float(c), float(d), float(e), int(f))))
-             for a, b, c, d, e, f in re.findall(
-                 r"task: pid (\d+) rows (\d+) load_s ([\d.]+) encode_s ([\d.]+) "
-                 r"task_s ([\d.]+) peak_rss_mb (\d+)", err)]
-    return {"cmd": " ".join(cmd[1:]), "wall": wall, "session": float(m.group(1)),
-            "job": float(m.group(2)), "driver_rss": int(m.group(3)), "tasks": tasks,
+    m = re.search(r"start ([\d.-]+) s, session ([\d.]+) s, ids ([\d.]+) s, job ([\d.]+) s, "
+                  r"driver peak RSS (\d+) MB", err)
+    if m is None:
+        sys.exit(f"no timing line from {' '.join(cmd)}:\n{err[-4000:]}")
+    keys = ("pid", "rows", "age", "load", "encode", "task", "threads", "loads", "os_threads",
+            "pandas", "rss")
+    tasks = [dict(zip(keys, (int(v[0]), int(v[1]), *map(float, v[2:6]), *map(int, v[6:]))))
+             for v in re.findall(
+                 r"task: pid (\d+) rows (\d+) age_s ([\d.-]+) load_s ([\d.]+) encode_s "
+                 r"([\d.]+) task_s ([\d.]+) threads (\d+) loads (\d+) os_threads (-?\d+) "
+                 r"pandas (\d) peak_rss_mb (\d+)", err)]
+    start, session, ids, job, rss = m.groups()
+    return {"cmd": " ".join(cmd[1:]), "wall": wall, "start": float(start),
+            "session": float(session), "ids": float(ids), "job": float(job),
+            "driver_rss": int(rss), "tasks": tasks,
             "jvm_rss": max((mb for name, mb in peaks.values() if name == "java"), default=0)}
 
 
@@ -131,7 +142,8 @@ def main():
         n = corpus(folder, a.limit)
         load_before = os.getloadavg()[0]
         print(f"{n} sentences; load before: {load_before:.2f}", file=sys.stderr)
-        warm = spark_run(folder, "local[1]", a.pooling)  # writes the JVM's class archive
+        # 200 sentences: the first local session writes the JVM's class archive.
+        warm = spark_run(folder, "local[1]", a.pooling, "warm.parquet")
         print(f"warm-up spark local[1]: {warm['wall']:.1f} s", file=sys.stderr)
         rounds = []
         for r in range(a.rounds):
@@ -179,31 +191,42 @@ def report(n, rounds, warm, loads):
         r = res[master]
         t = r["tasks"]
         enc = sum(x["encode"] for x in t)
-        load = [x["load"] for x in t if x["load"] > 0]
+        load = [x["load"] for x in t if x["loads"] > 0]
         pids = {x["pid"] for x in t}
         slots = int(master.strip("local[]"))
-        print(f"- {master}: session (JVM) start {r['session']:.1f} s; job {r['job']:.1f} s "
-              f"({len(t)} tasks in {len(pids)} worker processes; encoder busy {enc:.1f} s in "
-              f"total = {n / enc:.0f} sentences/s per core; model loads {len(load)} x "
-              f"{statistics.mean(load) if load else 0:.2f} s; the rest of the job, "
-              f"{r['job'] - (enc + sum(load)) / slots:.1f} s per slot, is worker start, "
-              f"Parquet I/O, Arrow transfer, the id job and scheduling); the rest of the wall "
-              f"time, {r['wall'] - r['session'] - r['job']:.1f} s, is Python start and exit; "
-              f"peak RSS: driver {r['driver_rss']} MB, the CLI "
-              f"{res['cli' + str(slots)]['rss']:.0f} MB, workers {min(x['rss'] for x in t)}-"
-              f"{max(x['rss'] for x in t)} MB, JVM {r['jvm_rss']:.0f} MB")
-    print(f"- the untimed first run (writing the JVM's class archive): {warm['wall']:.1f} s, "
-          f"session {warm['session']:.1f} s")
+        first = {}
+        for x in t:  # each worker's first task: its age is the worker's fork and imports
+            first[x["pid"]] = min(first.get(x["pid"], x["age"]), x["age"])
+        cli = res["cli" + str(slots)]["wall"]
+        rest = r["wall"] - r["start"] - r["session"] - r["ids"] - r["job"]
+        print(f"- {master}: wall {r['wall']:.1f} s = Python start and imports {r['start']:.2f} s"
+              f" + session (JVM) start {r['session']:.1f} s + ids {r['ids']:.2f} s + job "
+              f"{r['job']:.1f} s + exit {rest:.1f} s. The job: {len(t)} tasks in {len(pids)} "
+              f"worker processes (worker start and imports "
+              f"{statistics.mean(first.values()):.2f} s, model loads {len(load)} x "
+              f"{statistics.mean(load) if load else 0:.2f} s, encoder threads "
+              f"{sorted({x['threads'] for x in t})}, OS threads per worker "
+              f"{sorted({x['os_threads'] for x in t})}, pandas imported in "
+              f"{sum(x['pandas'] for x in t)}); encoder busy {enc:.1f} s in total = "
+              f"{n / enc:.0f} sentences/s per core; everything but the encoder: "
+              f"{r['wall'] - enc / slots:.1f} s of wall time (the CLI: {cli:.1f} s in all). Peak "
+              f"RSS: driver {r['driver_rss']} MB, workers {min(x['rss'] for x in t)}-"
+              f"{max(x['rss'] for x in t)} MB, JVM {r['jvm_rss']:.0f} MB, the CLI "
+              f"{res['cli' + str(slots)]['rss']:.0f} MB.")
+    print(f"- the untimed first run (200 sentences, writing the JVM's class archive when "
+          f"there was none): {warm['wall']:.1f} s, session {warm['session']:.1f} s")
     one = res["local[1]"]
-    rate = n / one["job"]  # end to end per core: encoder, Arrow, Parquet, scheduling
-    enc_rate = n / sum(x["encode"] for x in one["tasks"])
-    print(f"\n100M sentences, from local[1]'s per-core rates ({rate:.0f} sentences/s end to "
-          f"end, {enc_rate:.0f} in the encoder alone): 1e8 / ({rate:.0f} x cores) s, i.e. "
-          + "; ".join(f"{e} executors x {c} cores {1e8 / (rate * e * c) / 3600:.1f} h"
-                      for e, c in ((10, 4), (50, 4), (100, 8)))
-          + f" (plus one session start, {one['session']:.0f} s here; assumes sentences of "
-          "STS length, about 10-20 tokens, and scales linearly, which this 2-core machine "
-          "cannot check).")
+    # Per sentence on one core, end to end inside the job (encoder, Arrow, Parquet,
+    # scheduling): the job less its worker's start and model load.
+    w1 = one["tasks"]
+    per = (one["job"] - min(x["age"] for x in w1) - sum(x["load"] for x in w1)) / n
+    fixed = one["wall"] - n * per
+    print(f"\nScale model (docs/spark.md): wall(N cores) = F + n * t / N with, from local[1], "
+          f"t = {per * 1e3:.2f} ms per sentence per core (the encoder alone "
+          f"{sum(x['encode'] for x in w1) / n * 1e3:.2f} ms) and F = {fixed:.1f} s per job; "
+          "100M sentences: " + "; ".join(
+              f"{c} cores {(fixed + 1e8 * per / c) / 3600:.1f} h" for c in (8, 40, 200, 800))
+          + ".")
     print(f"\nCommands: `{res['cli2']['cmd']}`; `python {res['local[2]']['cmd']}`.")
 
 

@@ -204,12 +204,12 @@ impl PyEncoder {
             .map(str::parse::<Pooling>)
             .transpose()
             .map_err(errors::encoder)?;
-        config.model.max_len = max_len;
-        config.model.threads = threads;
+        config.model.runtime.max_len = max_len;
+        config.model.runtime.threads = threads;
         config.model.no_cache = cache_dir.is_none();
-        config.model.cache_dir = cache_dir;
+        config.model.runtime.cache_dir = cache_dir;
         if let Some(p) = precision {
-            config.model.precision = p.parse::<Precision>().map_err(errors::encoder)?;
+            config.model.runtime.precision = p.parse::<Precision>().map_err(errors::encoder)?;
         }
         if let Some(w) = weighting {
             config.weighting.spec = w.parse::<WeightingSpec>().map_err(errors::encoder)?;

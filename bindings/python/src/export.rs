@@ -31,7 +31,10 @@ fn export_st_dir(
         .map_err(errors::encoder)?;
     let config = EmbedderConfig {
         model,
-        max_len,
+        runtime: bertflow_core::RuntimeConfig {
+            max_len,
+            ..Default::default()
+        },
         no_cache: true,
         ..Default::default()
     };

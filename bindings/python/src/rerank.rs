@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use bertflow_core::defaults::{BATCH_SIZE, RERANK_RAW_SCORES, RERANK_TRUNCATE};
 use bertflow_core::progress::silent;
 use bertflow_core::rerank::ranked;
-use bertflow_core::{Precision, Reranker, RerankerConfig};
+use bertflow_core::{Precision, Reranker, RerankerConfig, RuntimeConfig};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -98,14 +98,17 @@ impl PyReranker {
         cache_dir: Option<PathBuf>,
     ) -> PyResult<Self> {
         let mut config = RerankerConfig {
-            max_len,
-            threads,
-            batch_size,
-            cache_dir,
+            runtime: RuntimeConfig {
+                max_len,
+                threads,
+                batch_size,
+                cache_dir,
+                ..RuntimeConfig::default()
+            },
             ..RerankerConfig::new(model.to_string_lossy())
         };
         if let Some(p) = precision {
-            config.precision = p.parse::<Precision>().map_err(errors::encoder)?;
+            config.runtime.precision = p.parse::<Precision>().map_err(errors::encoder)?;
         }
         let inner = py.detach(|| config.open(silent())).map_err(errors::core)?;
         Ok(Self {

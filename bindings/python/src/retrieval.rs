@@ -61,14 +61,17 @@ impl PyRetriever {
     ) -> PyResult<Self> {
         let mut cfg = EmbedderConfig {
             model: model.to_string_lossy().into_owned(),
-            max_len,
-            threads,
-            batch_size,
-            cache_dir,
+            runtime: bertflow_core::RuntimeConfig {
+                max_len,
+                threads,
+                batch_size,
+                cache_dir,
+                ..Default::default()
+            },
             ..EmbedderConfig::default()
         };
         if let Some(p) = precision {
-            cfg.precision = p.parse::<Precision>().map_err(errors::encoder)?;
+            cfg.runtime.precision = p.parse::<Precision>().map_err(errors::encoder)?;
         }
         let inner = py
             .detach(|| Retriever::open(&cfg, silent()))

@@ -156,6 +156,8 @@ pub struct EmbedSettings {
     /// Sentences embedded and written per segment (bounds the memory used).
     #[arg(long, default_value_t = DEFAULT_CHUNK, value_name = "N")]
     pub chunk: usize,
+    #[command(flatten)]
+    pub sparse: crate::cmd_index_sparse::SparseArgs,
 }
 
 /// HNSW parameters.
@@ -250,6 +252,8 @@ pub struct SearchArgs {
     /// over codes).
     #[arg(long, default_value_t = DEFAULT_EF_SEARCH, value_name = "N", requires = "ann")]
     pub ef: usize,
+    #[command(flatten)]
+    pub mode: crate::cmd_index_sparse::ModeArgs,
     /// The settings the index was built with (its pooling and calibrator unless given).
     #[command(flatten)]
     pub vectors: VectorArgs,
@@ -297,6 +301,16 @@ fn embed(s: &EmbedSettings, index: &Path, quantize: Option<&QuantSpec>) -> Resul
         ),
         _ => {}
     }
+    if writer.sparse().is_some() || s.sparse.asked() {
+        let added = crate::cmd_index_sparse::add(
+            s,
+            &pipeline,
+            &mut writer,
+            || corpus(s),
+            |v| vector_texts(s, v),
+        )?;
+        return Ok((added, writer.finish()?));
+    }
     let added = match &s.vector_file {
         Some(vectors) => {
             check_vectors_file(&pipeline, vectors)?;
@@ -319,6 +333,14 @@ fn build(b: &BuildArgs) -> Result<u64> {
     let s = &b.settings;
     let pipeline = open_pipeline(&s.vectors)?;
     let quantize = QuantizeWith::of(&pipeline, b.quantize.as_ref())?;
+    if s.sparse.asked() {
+        return crate::cmd_index_sparse::build(b, &pipeline, quantize, || {
+            Ok(match &s.vector_file {
+                Some(v) => (vector_texts(s, v)?, true),
+                None => (Some(corpus(s)?), false),
+            })
+        });
+    }
     match &s.vector_file {
         Some(vectors) => {
             let texts = vector_texts(s, vectors)?;
@@ -406,6 +428,9 @@ fn search(mut a: SearchArgs) -> Result<()> {
         .embed_batch(&query, &pipeline.embedder().opts)?
         .vectors;
     let queries = pipeline.calibrate(raw)?;
+    let fusion = a.mode.params()?;
+    let sparse =
+        crate::cmd_index_sparse::sparse_queries(a.mode.mode, &index, &a.vectors.model, &a.query)?;
     let params = SearchParams {
         rescore: a.rescore.unwrap_or(DEFAULT_RESCORE),
         shortlist: a.shortlist,
@@ -416,15 +441,26 @@ fn search(mut a: SearchArgs) -> Result<()> {
             .as_ref()
             .map_or(DEFAULT_ANN_RESCORE, Ann::default_rescore)
     });
-    for (text, q) in a.query.iter().zip(queries.rows()) {
+    for (n, (text, q)) in a.query.iter().zip(queries.rows()).enumerate() {
         let q: Vec<f32> = q.iter().copied().collect();
-        let hits = if a.exact {
-            index.search_exact(&q, a.top_k)?
-        } else if let Some(graph) = &graph {
-            graph.search_rescored(&q, a.top_k, a.ef, ann_rescore)?
-        } else {
-            index.search_with(&q, a.top_k, &params)?
+        let dense = |q: &[f32], k: usize| -> bertflow_core::Result<Vec<(usize, f32)>> {
+            Ok(if a.exact {
+                index.search_exact(q, k)?
+            } else if let Some(graph) = &graph {
+                graph.search_rescored(q, k, a.ef, ann_rescore)?
+            } else {
+                index.search_with(q, k, &params)?
+            })
         };
+        let hits = bertflow_core::indexing::search_index_with(
+            &index,
+            Some(&q),
+            sparse.as_ref().and_then(|s| s.get(n)),
+            a.mode.mode,
+            a.top_k,
+            &fusion,
+            &dense,
+        )?;
         let hits = hits
             .into_iter()
             .map(|(i, score)| {
@@ -489,7 +525,7 @@ pub fn run(a: IndexArgs) -> Result<()> {
             note_recovery(&opened);
             let id = opened.identity();
             println!(
-                "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}, precision {}, codes {}, HNSW graph {}",
+                "{}: {} sentences in {} segment(s), dimension {}, model {}, pooling {}, calibrator {}, precision {}, codes {}, HNSW graph {}, sparse vectors {}",
                 index.display(),
                 opened.len(),
                 opened.segments(),
@@ -504,7 +540,13 @@ pub fn run(a: IndexArgs) -> Result<()> {
                     q.width(),
                     q.fitted_on
                 )),
-                if AnnFiles::of(&index).exist() { "yes" } else { "no" }
+                if AnnFiles::of(&index).exist() { "yes" } else { "no" },
+                opened.sparse_info().map_or("none".to_owned(), |s| format!(
+                    "{} (dimension {}, {} postings)",
+                    s.source,
+                    s.dimension,
+                    opened.sparse_postings()
+                ))
             );
         }
         IndexCommand::Verify(v) => {

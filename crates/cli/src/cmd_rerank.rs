@@ -107,11 +107,7 @@ fn late_interaction(a: &RerankArgs, texts: &[String]) -> Result<Vec<f32>> {
     let r = &a.reranker;
     let cfg = bertflow_core::EmbedderConfig {
         model: r.model.clone(),
-        max_len: r.max_len,
-        batch_size: r.batch_size,
-        threads: r.threads,
-        cache_dir: r.cache_dir.clone(),
-        precision: r.precision,
+        runtime: r.runtime.clone(),
         ..bertflow_core::EmbedderConfig::default()
     };
     let retriever = bertflow_core::Retriever::open(&cfg, crate::progress::handle())?;

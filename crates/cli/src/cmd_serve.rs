@@ -224,7 +224,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     )?;
     // The port before the model: a port in use fails now, not after the load.
     let listener = bind(&a.host, a.port)?;
-    if a.vectors.model.threads.is_some() {
+    if a.vectors.model.runtime.threads.is_some() {
         progress::note("note: --threads / BERTFLOW_THREADS does not apply to serve; use --workers");
     }
     // The model runs on the batch workers, one core each, without the cache.
@@ -232,7 +232,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if let Some(model) = &a.model_id {
         vectors.model.model = model.clone();
     }
-    vectors.model.threads = None;
+    vectors.model.runtime.threads = None;
     vectors.model.no_cache = true;
     vectors.model.prompt = bertflow_core::PromptConfig {
         prompt_name: a.default_prompt_name.clone(),
@@ -310,11 +310,10 @@ fn reranker_backend(a: &ServeArgs, vectors: &VectorArgs) -> Result<Arc<dyn Embed
     }
     let config = bertflow_core::rerank::RerankerConfig {
         model: m.model.clone(),
-        max_len: m.max_len,
-        batch_size: m.batch_size,
-        threads: Some(1),
-        cache_dir: m.cache_dir.clone(),
-        precision: m.precision,
+        runtime: bertflow_core::RuntimeConfig {
+            threads: Some(1),
+            ..m.runtime.clone()
+        },
     };
     let reranker = config.open(progress::handle())?;
     Ok(Arc::new(RerankBackend::new(reranker)))
@@ -372,7 +371,7 @@ fn embedding_backend(a: &ServeArgs, mut vectors: VectorArgs) -> Result<Served> {
         ),
         None => None,
     };
-    let backend = ModelBackend::new(pipeline, a.vectors.model.batch_size)?;
+    let backend = ModelBackend::new(pipeline, a.vectors.model.runtime.batch_size)?;
     let search_index = match &a.index {
         Some(path) => {
             let started = std::time::Instant::now();

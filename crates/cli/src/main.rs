@@ -10,6 +10,7 @@ mod cmd_eval;
 mod cmd_export;
 mod cmd_fit;
 mod cmd_index;
+mod cmd_index_sparse;
 mod cmd_kinds;
 mod cmd_report;
 mod cmd_rerank;

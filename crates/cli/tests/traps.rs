@@ -431,6 +431,9 @@ fn model_help_lists_every_family() {
     let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
     for (model_type, _) in bertflow_core::encoder::Architecture::SUPPORTED {
         let name = model_type.trim_end_matches("_text");
-        assert!(flat.contains(name), "--model's help omits {model_type}:\n{help}");
+        assert!(
+            flat.contains(name),
+            "--model's help omits {model_type}:\n{help}"
+        );
     }
 }

@@ -41,7 +41,8 @@ pub use experiments::{analyze, bench, compare, evaluate, grid, report};
 pub use runtime::indexing;
 pub use runtime::{
     calibration, defaults, embedder, export, fitting, io, matrix_file, parse, pipeline, progress,
-    prompt, quantize, rerank, retrieval, sparse_io, st_pipeline, tokens, vector_input, weighting,
+    prompt, quantize, rerank, retrieval, run_config, sparse_io, st_pipeline, tokens, vector_input,
+    weighting,
 };
 
 // Core is the only door: front ends (the CLI, the server, the Python
@@ -69,6 +70,7 @@ pub use progress::{Bar, Progress, SharedProgress, Silent};
 pub use prompt::{Prompt, PromptConfig};
 pub use rerank::{Reranker, RerankerConfig};
 pub use retrieval::{Retriever, SparseVector};
+pub use run_config::RuntimeConfig;
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename): every
 /// output file of bertflow goes through this or [`bertflow_durable::AtomicFile`],

@@ -29,6 +29,11 @@
 //! rescore the best candidates. An index without a quantizer is still written
 //! as version 2 (readable by earlier builds).
 //!
+//! Format version 4 adds sparse vectors: when the footer records a
+//! [`SparseInfo`](crate::SparseInfo), each segment is followed by the
+//! postings of its sparse vectors (see [`crate::sparse_format`]), which its
+//! [`SegmentMeta::sparse`] locates; codes are optional there.
+//!
 //! `index add` never changes a byte of the state it starts from: it writes the
 //! new segments after the old trailer, then a new footer listing every
 //! segment, fsyncs, and only then writes the new trailer (and fsyncs again).
@@ -50,8 +55,9 @@ pub const FORMAT_VERSION: u32 = 2;
 /// Version written for a quantized index: 3 (codes before each segment's
 /// vectors).
 pub const QUANTIZED_FORMAT_VERSION: u32 = 3;
-/// Versions read.
-pub const FORMAT_VERSIONS: [u32; 3] = [1, 2, 3];
+/// Versions read (4: sparse postings beside the segments, see
+/// [`crate::sparse_format`]).
+pub const FORMAT_VERSIONS: [u32; 4] = [1, 2, 3, 4];
 /// Bytes after the footer: length, CRC-32, magic.
 pub const TRAILER_LEN: usize = 8 + 4 + 8;
 /// Alignment of each segment (and so of its vectors).
@@ -151,6 +157,9 @@ pub struct SegmentMeta {
     pub text_bytes: u64,
     /// CRC-32 of the whole segment.
     pub crc32: u32,
+    /// Format version 4: the segment's sparse postings, after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse: Option<crate::SparseSegment>,
 }
 
 impl SegmentMeta {
@@ -189,6 +198,9 @@ pub struct Footer {
     /// Format version 3: the quantizer that coded every segment's vectors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantizer: Option<crate::Quantization>,
+    /// Format version 4: every segment also stores sparse vectors (postings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse: Option<crate::SparseInfo>,
 }
 
 impl Footer {
@@ -199,7 +211,9 @@ impl Footer {
 
     /// The format version its layout needs.
     pub fn version_needed(&self) -> u32 {
-        if self.quantizer.is_some() {
+        if self.sparse.is_some() {
+            crate::sparse_format::SPARSE_FORMAT_VERSION
+        } else if self.quantizer.is_some() {
             QUANTIZED_FORMAT_VERSION
         } else {
             FORMAT_VERSION

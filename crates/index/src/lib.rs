@@ -12,7 +12,10 @@
 //! [`format`]. [`Ann`] adds approximate search: an HNSW graph stored next to
 //! the index (see [`ann`]). A quantized index (format version 3, see
 //! [`Quantization`]) also stores a compact code of every vector: search scans
-//! the codes and rescores the best candidates exactly on the vectors.
+//! the codes and rescores the best candidates exactly on the vectors. An
+//! index may also store a sparse vector beside each dense row (format
+//! version 4, see [`sparse_format`]): [`Index::search_sparse`] scores them
+//! exactly over the postings of the query's tokens.
 
 pub mod ann;
 mod ann_check;
@@ -28,6 +31,8 @@ mod quant;
 pub(crate) mod reader;
 mod repair;
 mod search;
+mod sparse;
+pub mod sparse_format;
 mod writer;
 
 pub use ann::{
@@ -41,6 +46,8 @@ pub use quant::{CodeKind, Quantization};
 pub use reader::{dot, row_norm2, stored_row_ok, stored_score, top_k, Index};
 pub use repair::{repair, Repaired};
 pub use search::{SearchParams, DEFAULT_RESCORE, DEFAULT_SHORTLIST};
+pub use sparse::sparse_dot;
+pub use sparse_format::{SparseInfo, SparseRef, SparseSegment};
 pub use writer::IndexWriter;
 
 use sha2::{Digest, Sha256};

@@ -23,6 +23,8 @@ pub(crate) struct Segment {
     pub(crate) vectors: std::ops::Range<usize>,
     offsets: std::ops::Range<usize>,
     texts: std::ops::Range<usize>,
+    /// Format version 4: the segment's postings (see `sparse_format`).
+    pub(crate) sparse: Option<crate::sparse_format::SparseBlock>,
 }
 
 /// A memory-mapped index. Exact searches read the vectors straight from the
@@ -115,7 +117,13 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
                 "a quantizer in a footer of format version 1 or 2",
             ))
         }
-        (None, true) => return Err(corrupt(path, "format version 3 without a quantizer")),
+        (None, true) if footer.format_version == 3 => {
+            return Err(corrupt(path, "format version 3 without a quantizer"))
+        }
+        (None, true) => {}
+    }
+    if footer.sparse.is_some() != (footer.format_version >= 4) {
+        return Err(corrupt(path, "sparse vectors are in format version 4 only"));
     }
     let width = footer.code_width();
     // Version 1 files are zero-padded between segments; version 2 may also
@@ -144,6 +152,20 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
             return Err(bad("runs past the footer"));
         }
         next_free = end;
+        let sparse = match (&meta.sparse, footer.sparse.is_some()) {
+            (Some(m), true) => {
+                let (block, end) =
+                    crate::sparse_format::check_block(map, m, k, next_free, footer_at, path)?;
+                next_free = end;
+                Some(block)
+            }
+            (None, false) => None,
+            _ => {
+                return Err(bad(
+                    "sparse postings in a footer without sparse vectors, or none in one with",
+                ))
+            }
+        };
         let count = usize::try_from(meta.count).map_err(|_| bad("too large"))?;
         let start = meta.offset as usize;
         let codes = start..start + count * width;
@@ -168,6 +190,7 @@ pub(crate) fn layout(map: &[u8], l: &Located, path: &Path) -> Result<Vec<Segment
             vectors,
             offsets,
             texts,
+            sparse,
         });
         first += count;
     }
@@ -318,7 +341,7 @@ impl Index {
                 )));
             }
         }
-        Ok(())
+        self.verify_sparse()
     }
 
     /// An identifier of the content: the sentence count and the footer's
@@ -392,8 +415,8 @@ impl Index {
         &self.segments
     }
 
-    /// The whole map (where positioned reads are not available).
-    #[cfg(not(unix))]
+    /// The whole map (sparse postings are read from it; so is everything
+    /// where positioned reads are not available).
     pub(crate) fn map_bytes(&self) -> &[u8] {
         &self.map
     }

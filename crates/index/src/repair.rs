@@ -125,10 +125,14 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
             // before the vectors): a quantized index never loses every footer
             // to an interrupted append, so its damage is not this.
             const QUANTIZED: &[u8] = b"{\"format_version\":3";
-            if map.windows(QUANTIZED.len()).any(|w| w == QUANTIZED) {
+            const SPARSE: &[u8] = b"{\"format_version\":4";
+            if map
+                .windows(QUANTIZED.len())
+                .any(|w| w == QUANTIZED || w == SPARSE)
+            {
                 return Err(corrupt(
                     path,
-                    format!("{reason}; a quantized (format version 3) index has no complete footer left: it was damaged, not interrupted; restore it from a copy or rebuild it"),
+                    format!("{reason}; a quantized or sparse (format version 3 or 4) index has no complete footer left: it was damaged, not interrupted; restore it from a copy or rebuild it"),
                 ));
             }
             let (segments, end) = find_segments(&map, identity.dimension);
@@ -139,6 +143,7 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
                 count: segments.iter().map(|s| s.count).sum(),
                 segments,
                 quantizer: None,
+                sparse: None,
             };
             let json = serde_json::to_vec(&footer)
                 .map_err(|e| IndexError::Invalid(format!("cannot encode the footer: {e}")))?;
@@ -237,6 +242,7 @@ fn footer_before(
         let n = base.segments.len();
         let extends = footer.identity == base.identity
             && footer.quantizer == base.quantizer
+            && footer.sparse == base.sparse
             && footer.segments.len() > n
             && footer.segments[..n] == base.segments[..]
             && footer.count == footer.segments.iter().map(|s| s.count).sum::<u64>();
@@ -259,8 +265,15 @@ fn footer_before(
         let checksums_match = footer.segments[n..].iter().all(|s| {
             let start = s.offset as usize;
             let end = start + s.len(dimension, footer.code_width()).unwrap_or(0) as usize;
-            map.get(start..end)
-                .is_some_and(|bytes| crc32fast::hash(bytes) == s.crc32)
+            let sparse_ok = s.sparse.as_ref().is_none_or(|b| {
+                let at = b.offset as usize;
+                let bytes = map.get(at..at + b.byte_len().unwrap_or(0) as usize);
+                bytes.is_some_and(|bytes| crc32fast::hash(bytes) == b.crc32)
+            });
+            sparse_ok
+                && map
+                    .get(start..end)
+                    .is_some_and(|bytes| crc32fast::hash(bytes) == s.crc32)
         });
         if checksums_match {
             return Some((LaterFooter { at, footer }, json_crc));
@@ -313,6 +326,7 @@ fn segment_at(map: &[u8], at: usize, count: usize, dimension: usize) -> Option<S
         count: count as u64,
         text_bytes: previous,
         crc32: crc32fast::hash(&map[at..end]),
+        sparse: None,
     })
 }
 

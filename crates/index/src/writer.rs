@@ -101,7 +101,7 @@ impl IndexWriter {
     /// Start a new index at `path` (replaced by `finish`, not before; an
     /// error or a drop before then leaves what was at `path`).
     pub fn create(path: &Path, identity: Identity) -> Result<Self, IndexError> {
-        Self::create_with(path, identity, None)
+        Self::create_with(path, identity, None, None)
     }
 
     /// [`IndexWriter::create`] for a quantized index (format version 3):
@@ -111,13 +111,33 @@ impl IndexWriter {
         identity: Identity,
         quantizer: Quantization,
     ) -> Result<Self, IndexError> {
-        Self::create_with(path, identity, Some(quantizer))
+        Self::create_with(path, identity, Some(quantizer), None)
+    }
+
+    /// [`IndexWriter::create`] for an index that also stores a sparse
+    /// vector beside each dense row (format version 4; see
+    /// [`crate::sparse_format`]), quantized when `quantizer` is given:
+    /// segments are written with [`IndexWriter::add_sparse`].
+    pub fn create_sparse(
+        path: &Path,
+        identity: Identity,
+        quantizer: Option<Quantization>,
+        sparse: crate::SparseInfo,
+    ) -> Result<Self, IndexError> {
+        if sparse.dimension == 0 || sparse.dimension > 1 << 32 {
+            return Err(IndexError::Invalid(format!(
+                "a sparse dimension of {} (1 to 2^32)",
+                sparse.dimension
+            )));
+        }
+        Self::create_with(path, identity, quantizer, Some(sparse))
     }
 
     fn create_with(
         path: &Path,
         identity: Identity,
         quantizer: Option<Quantization>,
+        sparse: Option<crate::SparseInfo>,
     ) -> Result<Self, IndexError> {
         if let Some(q) = &quantizer {
             q.check().map_err(IndexError::Invalid)?;
@@ -152,16 +172,17 @@ impl IndexWriter {
         Ok(Self {
             sink: Sink::New(file),
             position: MAGIC.len() as u64,
-            footer: Footer {
-                format_version: if quantizer.is_some() {
-                    crate::format::QUANTIZED_FORMAT_VERSION
-                } else {
-                    FORMAT_VERSION
-                },
-                identity,
-                count: 0,
-                segments: Vec::new(),
-                quantizer,
+            footer: {
+                let mut footer = Footer {
+                    format_version: FORMAT_VERSION,
+                    identity,
+                    count: 0,
+                    segments: Vec::new(),
+                    quantizer,
+                    sparse,
+                };
+                footer.format_version = footer.version_needed();
+                footer
             },
             path: path.to_path_buf(),
             added: 0,
@@ -237,9 +258,58 @@ impl IndexWriter {
         self.footer.count
     }
 
+    /// What made the sparse vectors of the index written (`None`: it stores
+    /// none, and [`IndexWriter::add`] writes its segments).
+    pub fn sparse(&self) -> Option<&crate::SparseInfo> {
+        self.footer.sparse.as_ref()
+    }
+
     /// Write one segment: `vectors` holds `texts.len()` rows of `dimension`
     /// floats (normalised here to unit length). An empty call writes nothing.
+    /// An index with sparse vectors takes [`IndexWriter::add_sparse`].
     pub fn add(&mut self, vectors: &[f32], texts: &[String]) -> Result<(), IndexError> {
+        if self.footer.sparse.is_some() {
+            return Err(IndexError::Invalid(
+                "this index stores a sparse vector beside each dense one: give them (`index add` with the model's sparse output or --sparse FILE)".into(),
+            ));
+        }
+        self.add_segment(vectors, texts, None)
+    }
+
+    /// [`IndexWriter::add`] for an index with sparse vectors: `sparse` holds
+    /// one per text (token ids strictly ascending and below the index's
+    /// sparse dimension, weights finite and `>= 0`; zeros are not stored),
+    /// written as the segment's postings after it.
+    pub fn add_sparse(
+        &mut self,
+        vectors: &[f32],
+        texts: &[String],
+        sparse: &[crate::SparseRef],
+    ) -> Result<(), IndexError> {
+        let Some(info) = &self.footer.sparse else {
+            return Err(IndexError::Invalid(
+                "this index stores no sparse vectors (it was built without them); build a new one with them".into(),
+            ));
+        };
+        if sparse.len() != texts.len() {
+            return Err(IndexError::Invalid(format!(
+                "{} sparse vectors for {} texts",
+                sparse.len(),
+                texts.len()
+            )));
+        }
+        for (i, row) in sparse.iter().enumerate() {
+            crate::sparse_format::check_row(i, *row, info.dimension)?;
+        }
+        self.add_segment(vectors, texts, Some(sparse))
+    }
+
+    fn add_segment(
+        &mut self,
+        vectors: &[f32],
+        texts: &[String],
+        sparse: Option<&[crate::SparseRef]>,
+    ) -> Result<(), IndexError> {
         let dimension = self.footer.identity.dimension;
         if vectors.len() != texts.len() * dimension {
             return Err(IndexError::Invalid(format!(
@@ -312,11 +382,29 @@ impl IndexWriter {
             crc.update(text.as_bytes());
             self.write(text.as_bytes())?;
         }
+        let crc32 = crc.finalize();
+        let sparse = match sparse {
+            Some(rows) => {
+                let (block, tokens, postings) = crate::sparse_format::encode_block(rows);
+                let pad = crate::sparse_format::padding(self.position);
+                self.write(&vec![0u8; pad])?;
+                let offset = self.position;
+                self.write(&block)?;
+                Some(crate::SparseSegment {
+                    offset,
+                    tokens,
+                    postings,
+                    crc32: crc32fast::hash(&block),
+                })
+            }
+            None => None,
+        };
         self.footer.segments.push(SegmentMeta {
             offset: start,
             count: texts.len() as u64,
             text_bytes: offset,
-            crc32: crc.finalize(),
+            crc32,
+            sparse,
         });
         self.footer.count += texts.len() as u64;
         self.added += 1;

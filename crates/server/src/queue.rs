@@ -550,7 +550,7 @@ fn call(shared: &Shared, task: Task, batch: &[Encoding]) -> Result<Vec<Output>, 
     let backend = shared.backend.as_ref();
     let n = batch.len();
     let caught = |f: &dyn Fn() -> Option<Result<Vec<Output>, String>>| match catch_unwind(
-        AssertUnwindSafe(|| f()),
+        AssertUnwindSafe(f),
     ) {
         Ok(Some(Ok(out))) if out.len() == n => Ok(out),
         Ok(Some(Ok(out))) => Err(ApiError::Backend(format!(

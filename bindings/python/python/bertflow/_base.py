@@ -9,10 +9,22 @@ import os
 
 import numpy as np
 
+
+def _spark_command():
+    """Whether this process runs the Spark command (``python -m bertflow.spark``,
+    or its ``__main__.py`` under spark-submit), which never needs scikit-learn."""
+    import sys
+
+    argv = getattr(sys, "orig_argv", None) or sys.argv  # orig_argv: Python 3.10+
+    tail = os.path.join("bertflow", "spark", "__main__.py")
+    return any((a == "-m" and i + 1 < len(argv) and argv[i + 1] == "bertflow.spark")
+               or a.endswith(tail) for i, a in enumerate(argv))
+
+
 try:  # pragma: no cover - depends on the environment
-    if os.environ.get("BERTFLOW_SKLEARN") == "0":
-        # Spark's Python workers (bertflow.spark): scikit-learn takes seconds
-        # to import and no worker needs it.
+    if os.environ.get("BERTFLOW_SKLEARN") == "0" or _spark_command():
+        # Spark's Python workers and the Spark command (bertflow.spark):
+        # scikit-learn takes seconds to import and neither needs it.
         raise ImportError("BERTFLOW_SKLEARN=0")
     from sklearn.base import BaseEstimator as _BaseEstimator
     from sklearn.base import TransformerMixin as _TransformerMixin

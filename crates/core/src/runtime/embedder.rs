@@ -4,14 +4,14 @@
 use crate::error::{Context, Result};
 use crate::runtime::progress::{silent, SharedProgress};
 use crate::runtime::prompt::{Prompt, PromptConfig};
+use crate::runtime::run_config::RuntimeConfig;
 use bertflow_encoder::st::StPrompts;
 use bertflow_encoder::{
     CachedEntry, EmbeddingCache, EncodeOptions, Encoder, PoolSource, Pooling, Precision,
-    TokenWeights, TuneOptions,
+    TokenWeights,
 };
 use ndarray::Array2;
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 /// The default model directory (see [`crate::runtime::defaults::model`] for where it is found).
 pub const DEFAULT_MODEL: &str = crate::runtime::defaults::MODEL_DIR;
@@ -29,49 +29,22 @@ pub struct EmbedderConfig {
     /// cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). config.json's
     /// model_type: bert, roberta, xlm-roberta, camembert, distilbert, mpnet,
     /// modernbert, deberta-v2, nomic_bert, gte, jina_embeddings_v3, qwen3, qwen2,
-    /// gemma3(_text) or eurobert (docs/models-and-poolings.md). Default: $BERTFLOW_MODEL, else models/all-MiniLM-L6-v2 in the
-    /// working directory or in the checkout bertflow was built in.
+    /// gemma3(_text) or eurobert (docs/models-and-poolings.md). Default:
+    /// $BERTFLOW_MODEL, else models/all-MiniLM-L6-v2 in the working directory or
+    /// in the checkout bertflow was built in.
     #[cfg_attr(
         feature = "clap",
         arg(long, short = 'm', default_value_t = crate::runtime::defaults::model())
     )]
     pub model: String,
-    /// Truncate sentences at this many tokens, [CLS] and [SEP] (<s> and </s>)
-    /// included [default: the model's position limit, 512 for BERT and RoBERTa].
-    /// Padding and truncation stored in tokenizer.json are ignored.
-    #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS"))]
-    pub max_len: Option<usize>,
-    /// Sentences per forward pass (sentences are sorted by length first).
-    #[cfg_attr(
-        feature = "clap",
-        arg(long, default_value_t = crate::runtime::defaults::BATCH_SIZE, value_name = "N")
-    )]
-    pub batch_size: usize,
-    /// Worker threads; each runs whole batches on one core [default:
-    /// $BERTFLOW_THREADS, else all cores].
-    #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
-    pub threads: Option<usize>,
-    /// Where encoded embeddings are cached [default: $BERTFLOW_CACHE, else
-    /// $XDG_CACHE_HOME/bertflow, else ~/.cache/bertflow].
-    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
-    pub cache_dir: Option<PathBuf>,
+    /// Maximum length, batch size, threads, cache directory and precision.
+    #[cfg_attr(feature = "clap", command(flatten))]
+    #[serde(flatten)]
+    pub runtime: RuntimeConfig,
     /// Neither read nor write the embedding cache (the kernels chosen for this
     /// CPU are still read from kernels.json there, never written).
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_cache: bool,
-    /// Precision of the transformer layers' linear products: fp32 (kernel chosen
-    /// by measurement once per CPU, kept in kernels.json in the cache directory,
-    /// or forced with BERTFLOW_FP32_KERNEL=avx512pair|avx512|avx2|scalar), or int8 (s8
-    /// weights per output channel, u8 activations per row; AVX512-VNNI, AVX-VNNI,
-    /// AVX2 or portable kernel chosen likewise, or forced with
-    /// BERTFLOW_INT8_KERNEL=avx512vnni|avxvnni|avx2|scalar). BERTFLOW_TUNE=0: no
-    /// measuring, the rule by CPU family. Default: $BERTFLOW_PRECISION, else fp32.
-    #[cfg_attr(
-        feature = "clap",
-        arg(long, default_value_t = crate::runtime::defaults::precision().unwrap_or_default(), value_parser = crate::runtime::parse::parse_precision)
-    )]
-    #[serde(with = "crate::runtime::parse::as_str")]
-    pub precision: Precision,
     /// The prompt before every text (`crate::runtime::prompt`'s rule; the commands
     /// that offer `--prompt-name`/`--prompt` flatten them separately).
     #[cfg_attr(feature = "clap", arg(skip))]
@@ -83,37 +56,27 @@ impl Default for EmbedderConfig {
     fn default() -> Self {
         Self {
             model: crate::runtime::defaults::model(),
-            max_len: None,
-            batch_size: crate::runtime::defaults::BATCH_SIZE,
-            threads: None,
-            cache_dir: None,
+            runtime: RuntimeConfig::default(),
             no_cache: false,
-            precision: crate::runtime::defaults::precision().unwrap_or_default(),
             prompt: PromptConfig::default(),
         }
     }
 }
 
 impl EmbedderConfig {
-    /// Loads the model. The kernels are chosen as [`TuneOptions::from_env`]
+    /// Loads the model. The kernels are chosen as [`bertflow_encoder::TuneOptions::from_env`]
     /// says, with `kernels.json` in the cache directory (read only with
     /// `no_cache`: nothing is written there); the notes of choosing go to
     /// `progress`.
     pub fn load(&self, progress: SharedProgress) -> Result<Embedder> {
-        // A bad $BERTFLOW_PRECISION is an error even where a front end gave
-        // the precision (the defaults above fall back to fp32 silently).
-        crate::runtime::defaults::precision()?;
-        let cache_dir = self
-            .cache_dir
-            .clone()
-            .unwrap_or_else(EmbeddingCache::default_dir);
+        let run = &self.runtime;
+        let opts = run.options()?;
         let load = || -> bertflow_encoder::Result<Encoder> {
-            let mut tune = TuneOptions::from_env(Some(cache_dir.clone()))?;
-            tune.write = !self.no_cache;
-            Encoder::load_with_kernels(&self.model, self.max_len, self.precision, &tune)
+            let tune = run.tune(!self.no_cache)?;
+            Encoder::load_with_kernels(&self.model, run.max_len, run.precision, &tune)
                 .map_err(crate::defaults::explain_missing_model)
         };
-        let encoder = load().with_context(|| match self.precision {
+        let encoder = load().with_context(|| match run.precision {
             Precision::Fp32 => format!("cannot load model '{}'", self.model),
             p => format!("cannot load model '{}' ({p} precision)", self.model),
         })?;
@@ -123,12 +86,7 @@ impl EmbedderConfig {
         let prompts = StPrompts::of_model(encoder.files())
             .with_context(|| format!("cannot load model '{}'", self.model))?;
         let prompt = crate::runtime::prompt::resolve(&prompts, &self.prompt, encoder.model_id())?;
-        let mut opts = EncodeOptions::default();
-        set_batch_size(&mut opts, self.batch_size)?;
-        if let Some(t) = crate::runtime::defaults::threads(self.threads)? {
-            opts.threads = t;
-        }
-        let cache = (!self.no_cache).then(|| EmbeddingCache::new(cache_dir));
+        let cache = (!self.no_cache).then(|| EmbeddingCache::new(run.cache_dir()));
         Ok(Embedder {
             encoder,
             opts,

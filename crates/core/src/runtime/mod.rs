@@ -18,6 +18,7 @@ pub mod quantize;
 pub mod regular;
 pub mod rerank;
 pub mod retrieval;
+pub mod run_config;
 pub mod sparse_io;
 pub mod st_pipeline;
 pub mod tokens;

@@ -7,14 +7,12 @@
 //! model's one logit (its raw logit with `raw_scores`); a model of more than
 //! one label only predicts (raw logits per label).
 use crate::error::{Context, CoreError, Result};
-use crate::runtime::embedder::set_batch_size;
 use crate::runtime::progress::SharedProgress;
-use bertflow_encoder::{CrossEncoder, EmbeddingCache, EncodeOptions, ModelFiles, Precision};
-use bertflow_encoder::{EncoderError, TuneOptions};
+use crate::runtime::run_config::RuntimeConfig;
+use bertflow_encoder::{CrossEncoder, EncodeOptions, EncoderError, ModelFiles};
 
 /// What becomes of an input longer than the reranker's `max_len` tokens.
 pub use bertflow_encoder::head::Truncation;
-use std::path::PathBuf;
 
 /// How to load and run a reranker. With core's `clap` feature it is the
 /// command line's model options (the CLI flattens it); it reads and writes as
@@ -30,44 +28,17 @@ pub struct RerankerConfig {
     /// found in the local Hugging Face cache.
     #[cfg_attr(feature = "clap", arg(long, short = 'm'))]
     pub model: String,
-    /// Cut a query and text longer than this many tokens, special tokens
-    /// included, taking tokens from the longer of the two [default: the
-    /// model's position limit].
-    #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS"))]
-    pub max_len: Option<usize>,
-    /// Pairs per forward pass (pairs are sorted by length first).
-    #[cfg_attr(
-        feature = "clap",
-        arg(long, default_value_t = crate::runtime::defaults::BATCH_SIZE, value_name = "N")
-    )]
-    pub batch_size: usize,
-    /// Worker threads; each runs whole batches on one core [default:
-    /// $BERTFLOW_THREADS, else all cores].
-    #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
-    pub threads: Option<usize>,
-    /// Where kernels.json (the kernels chosen for this CPU) is kept [default:
-    /// $BERTFLOW_CACHE, else $XDG_CACHE_HOME/bertflow, else ~/.cache/bertflow].
-    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
-    pub cache_dir: Option<PathBuf>,
-    /// Precision of the transformer layers' linear products (fp32 or int8; the
-    /// classification head stays fp32).
-    #[cfg_attr(
-        feature = "clap",
-        arg(long, default_value_t = crate::runtime::defaults::precision().unwrap_or_default(), value_parser = crate::runtime::parse::parse_precision)
-    )]
-    #[serde(with = "crate::runtime::parse::as_str")]
-    pub precision: Precision,
+    /// Maximum length, batch size, threads, cache directory and precision.
+    #[cfg_attr(feature = "clap", command(flatten))]
+    #[serde(flatten)]
+    pub runtime: RuntimeConfig,
 }
 
 impl Default for RerankerConfig {
     fn default() -> Self {
         Self {
             model: String::new(),
-            max_len: None,
-            batch_size: crate::runtime::defaults::BATCH_SIZE,
-            threads: None,
-            cache_dir: None,
-            precision: crate::runtime::defaults::precision().unwrap_or_default(),
+            runtime: RuntimeConfig::default(),
         }
     }
 }
@@ -85,7 +56,6 @@ impl RerankerConfig {
     /// embedding model (no classification head); the kernels' notes go to
     /// `progress`.
     pub fn open(&self, progress: SharedProgress) -> Result<Reranker> {
-        crate::runtime::defaults::precision()?;
         if self.model.trim().is_empty() {
             return Err(CoreError::setting("model", "no reranker given"));
         }
@@ -97,18 +67,11 @@ impl RerankerConfig {
                 model: self.model.clone(),
             });
         }
-        let mut opts = EncodeOptions::default();
-        set_batch_size(&mut opts, self.batch_size)?;
-        if let Some(t) = crate::runtime::defaults::threads(self.threads)? {
-            opts.threads = t;
-        }
-        let cache_dir = self
-            .cache_dir
-            .clone()
-            .unwrap_or_else(EmbeddingCache::default_dir);
+        let run = &self.runtime;
+        let opts = run.options()?;
         let load = || -> bertflow_encoder::Result<CrossEncoder> {
-            let tune = TuneOptions::from_env(Some(cache_dir.clone()))?;
-            CrossEncoder::load_with_kernels(&self.model, self.max_len, self.precision, &tune)
+            let tune = run.tune(true)?;
+            CrossEncoder::load_with_kernels(&self.model, run.max_len, run.precision, &tune)
                 .map_err(crate::defaults::explain_missing_model)
         };
         let cross = load().with_context(|| format!("cannot load model '{}'", self.model))?;

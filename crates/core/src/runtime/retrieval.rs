@@ -13,10 +13,10 @@
 //! - the rule that calibrators take dense vectors only ([`refuse_sparse_pooling`],
 //!   [`refuse_non_dense_file`]).
 use crate::error::{Context, CoreError, Result};
-use crate::runtime::embedder::{set_batch_size, EmbedderConfig};
+use crate::runtime::embedder::EmbedderConfig;
 use crate::runtime::progress::SharedProgress;
 use bertflow_encoder::head::{Outputs, RetrievalOptions, Retrieved};
-use bertflow_encoder::{EmbeddingCache, EncodeOptions, Pooling, RetrievalEncoder, TuneOptions};
+use bertflow_encoder::{EncodeOptions, Pooling, RetrievalEncoder};
 use ndarray::{Array2, ArrayView2};
 use std::path::Path;
 
@@ -36,16 +36,12 @@ impl Retriever {
     /// Loads `cfg.model` (with `cfg`'s max length, precision, batch size,
     /// threads, kernels cache and prompt); the kernels' notes go to `progress`.
     pub fn open(cfg: &EmbedderConfig, progress: SharedProgress) -> Result<Self> {
-        crate::runtime::defaults::precision()?;
         crate::runtime::rerank::refuse_reranker(&cfg.model)?;
-        let cache_dir = cfg
-            .cache_dir
-            .clone()
-            .unwrap_or_else(EmbeddingCache::default_dir);
+        let run = &cfg.runtime;
+        let opts = run.options()?;
         let load = || -> bertflow_encoder::Result<RetrievalEncoder> {
-            let mut tune = TuneOptions::from_env(Some(cache_dir.clone()))?;
-            tune.write = !cfg.no_cache;
-            RetrievalEncoder::load_with_kernels(&cfg.model, cfg.max_len, cfg.precision, &tune)
+            let tune = run.tune(!cfg.no_cache)?;
+            RetrievalEncoder::load_with_kernels(&cfg.model, run.max_len, run.precision, &tune)
                 .map_err(crate::defaults::explain_missing_model)
         };
         let encoder = load().with_context(|| format!("cannot load model '{}'", cfg.model))?;
@@ -56,11 +52,6 @@ impl Retriever {
             .with_context(|| format!("cannot load model '{}'", cfg.model))?;
         let prompt =
             crate::runtime::prompt::resolve(&prompts, &cfg.prompt, encoder.encoder().model_id())?;
-        let mut opts = EncodeOptions::default();
-        set_batch_size(&mut opts, cfg.batch_size)?;
-        if let Some(t) = crate::runtime::defaults::threads(cfg.threads)? {
-            opts.threads = t;
-        }
         Ok(Self {
             encoder,
             opts,

@@ -12,7 +12,10 @@ fn default_pooling(fixture: &str) -> String {
                 "{}/../encoder/tests/fixtures/{fixture}",
                 env!("CARGO_MANIFEST_DIR")
             ),
-            threads: Some(1),
+            runtime: bertflow_core::RuntimeConfig {
+                threads: Some(1),
+                ..Default::default()
+            },
             no_cache: true,
             ..Default::default()
         },

@@ -3,6 +3,8 @@
 //! One module per former file; shared helpers in `common`.
 mod bounded_input;
 mod decoder_defaults;
+#[cfg(feature = "index")]
+mod hybrid_search;
 mod import_graph;
 mod matrix_file;
 mod matrix_fuzz;

@@ -19,7 +19,10 @@ fn config(pooling: &str, weighting: &str) -> PipelineConfig {
     PipelineConfig {
         model: EmbedderConfig {
             model: TINY.to_string(),
-            threads: Some(1),
+            runtime: bertflow_core::RuntimeConfig {
+                threads: Some(1),
+                ..Default::default()
+            },
             no_cache: true,
             ..Default::default()
         },
@@ -298,8 +301,8 @@ fn the_config_reads_and_writes_json() {
     .unwrap();
     assert_eq!(cfg.model.model, "some/model");
     assert_eq!(cfg.pooling.as_ref().unwrap().to_string(), "first-last-avg");
-    assert_eq!(cfg.model.precision.to_string(), "int8");
-    assert_eq!(cfg.model.batch_size, 8);
+    assert_eq!(cfg.model.runtime.precision.to_string(), "int8");
+    assert_eq!(cfg.model.runtime.batch_size, 8);
     assert_eq!(cfg.weighting.spec, "sif:a=0.0001".parse().unwrap());
     assert_eq!(cfg.calibrator, Some(PathBuf::from("c.safetensors")));
     assert!(!cfg.allow_mismatch);

@@ -20,8 +20,11 @@ fn config(pooling: &str, prompt: PromptConfig) -> PipelineConfig {
     PipelineConfig {
         model: EmbedderConfig {
             model: DIR.to_string(),
-            threads: Some(2),
-            batch_size: 4,
+            runtime: bertflow_core::RuntimeConfig {
+                threads: Some(2),
+                batch_size: 4,
+                ..Default::default()
+            },
             no_cache: true,
             prompt,
             ..Default::default()
@@ -145,7 +148,7 @@ fn every_pooling_gets_the_prompt_and_the_cache_keeps_prompts_apart() {
     let cfg = |prompt| {
         let mut c = config("last-avg", prompt);
         c.model.no_cache = false;
-        c.model.cache_dir = Some(cache.path().to_path_buf());
+        c.model.runtime.cache_dir = Some(cache.path().to_path_buf());
         c
     };
     let texts = texts();

@@ -21,10 +21,9 @@ fn golden(name: &str) -> Value {
 }
 
 fn config(name: &str) -> RerankerConfig {
-    RerankerConfig {
-        threads: Some(2),
-        ..RerankerConfig::new(fixture(name))
-    }
+    let mut cfg = RerankerConfig::new(fixture(name));
+    cfg.runtime.threads = Some(2);
+    cfg
 }
 
 fn logit(g: &Value, case: usize, label: usize) -> f32 {
@@ -146,10 +145,8 @@ fn embedding_models_and_rerankers_are_told_apart() {
         matches!(e, CoreError::Setting { field: "model", .. }),
         "{e}"
     );
-    let cfg = RerankerConfig {
-        batch_size: 0,
-        ..config("mpnet-cls")
-    };
+    let mut cfg = config("mpnet-cls");
+    cfg.runtime.batch_size = 0;
     let e = cfg.open(silent()).err().unwrap();
     assert!(
         matches!(

@@ -18,7 +18,10 @@ fn st_pipeline(dir: &std::path::Path) -> Result<Pipeline, String> {
     PipelineConfig {
         model: EmbedderConfig {
             model: dir.to_str().unwrap().to_string(),
-            threads: Some(1),
+            runtime: bertflow_core::RuntimeConfig {
+                threads: Some(1),
+                ..Default::default()
+            },
             no_cache: true,
             ..Default::default()
         },

@@ -35,8 +35,10 @@ DEFAULT_SAMPLE_SIZE = 100_000
 #: first task attempt that finds the file removes it and fails.
 FAIL_ONCE_ENV = "BERTFLOW_SPARK_FAIL_ONCE"
 
-#: Set to 1 (on the driver) to make every encode task print its model load
-#: and encode seconds and its worker's peak RSS on the executor's stderr.
+#: Set (on the driver) to 1 to make every encode task print its worker's
+#: pid, model loads, threads, load and encode seconds and peak RSS on the
+#: executor's stderr, or to a file path (readable by the executors) to append
+#: those lines there (``_worker.log_task``).
 STATS_ENV = "BERTFLOW_SPARK_STATS"
 
 
@@ -184,7 +186,7 @@ def encode(df, text_col="text", *, model, pooling=None, output_col="embedding",
         "calibrator": cal_bytes,
         "allow_mismatch": bool(allow_mismatch),
         "fail_once": os.environ.get(FAIL_ONCE_ENV),
-        "log_stats": os.environ.get(STATS_ENV) == "1",
+        "log_stats": os.environ.get(STATS_ENV) or None,
     }
     schema = _with_field(df.schema, output_col, _vector_type())
     return df.mapInArrow(_in_worker("encode_batches", cfg), schema)

@@ -21,6 +21,10 @@ from .. import _bertflow
 _ENCODERS = {}
 _CALIBRATORS = {}
 
+#: Models this worker process has loaded (``BERTFLOW_SPARK_STATS`` reports it:
+#: one per process, however many tasks the process runs).
+LOADS = [0]
+
 #: The prefix of a model shipped with ``SparkContext.addFile`` (see
 #: :func:`bertflow.spark.ship_model`).
 SPARKFILES = "sparkfiles:"
@@ -68,6 +72,7 @@ def encoder(model, pooling, max_len, threads, calibrator_bytes=None, allow_misma
                 "the cluster image), or shipped with bertflow.spark.ship_model"
             ) from None
         _ENCODERS[key] = enc
+        LOADS[0] += 1
     return enc
 
 
@@ -103,9 +108,24 @@ def _describe_row(batch, i, skip):
     return "{" + ", ".join(items) + "}"
 
 
+def valid_rows(col):
+    """The boolean mask of the non-null rows of an Arrow array, from its
+    validity bitmap. (Not ``is_valid().to_numpy()``: pyarrow's conversions to
+    and from numpy import pandas, a second or more in every worker.)"""
+    import numpy as np
+
+    n = len(col)
+    if col.null_count == 0:
+        return np.ones(n, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(col.buffers()[0], dtype=np.uint8), bitorder="little")
+    return bits[col.offset:col.offset + n].astype(bool)
+
+
 def vectors_array(X, present, n):
     """An Arrow ``list<float>`` array of ``n`` rows: the rows of float32 ``X``
-    where ``present`` is true, null elsewhere."""
+    where ``present`` is true, null elsewhere. Built from buffers, without a
+    copy of ``X`` and without pyarrow's numpy conversions (see
+    :func:`valid_rows`)."""
     import numpy as np
     import pyarrow as pa
 
@@ -114,10 +134,13 @@ def vectors_array(X, present, n):
     sizes = np.where(present, d, 0)
     offsets = np.zeros(n + 1, dtype=np.int64)  # int32 in the array: a batch is < 2^31 floats
     np.cumsum(sizes, out=offsets[1:])
-    values = pa.array(np.ascontiguousarray(X, dtype=np.float32).reshape(-1))
-    mask = None if present.all() else pa.array(~present)
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values,
-                                    type=_vector_type(), mask=mask)
+    flat = np.ascontiguousarray(X, dtype=np.float32).reshape(-1)
+    values = pa.Array.from_buffers(pa.float32(), flat.size, [None, pa.py_buffer(flat)])
+    nulls = n - int(present.sum())
+    mask = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(_vector_type(), n,
+                                 [mask, pa.py_buffer(offsets.astype(np.int32))],
+                                 null_count=nulls, children=[values])
 
 
 def codes_array(C, present, n):
@@ -168,26 +191,31 @@ def encode_batches(batches, cfg):
 
     enc = None
     field = pa.field(cfg["output_col"], _vector_type())
-    clock = {"load": 0.0, "encode": 0.0, "rows": 0, "start": time.perf_counter()}
+    clock = {"load": 0.0, "encode": 0.0, "rows": 0, "start": time.perf_counter(),
+             "age": _process_age(), "loads0": LOADS[0]}
     for k, batch in enumerate(batches):
         name = cfg["text_col"]
         col = batch.column(name)
         # Core's empty-text rule (the CLI's --empty): which rows stay.
+        texts = col.to_pylist()
         keep = np.asarray(_bertflow.keep_rows(
-            col.to_pylist(), cfg["empty"],
-            lambda i, b=batch: f"bertflow.spark: column {name!r} at row {_describe_row(b, i, name)}"),
-            dtype=bool)
+            texts, cfg["empty"],
+            lambda i, b=batch: f"bertflow.spark: column {name!r} at row "
+            f"{_describe_row(b, i, name)}"), dtype=bool)
         if not keep.all():
             batch = batch.filter(pa.array(keep))
             col = batch.column(name)
-        present = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        texts = [t for t, p in zip(col.to_pylist(), present) if p]
+            texts = [t for t, k in zip(texts, keep) if k]
+        present = valid_rows(col)
+        if not present.all():
+            texts = [t for t in texts if t is not None]
         if texts:
             if enc is None:
                 t = time.perf_counter()
                 enc = encoder(cfg["model"], cfg["pooling"], cfg["max_len"], cfg["threads"],
                               cfg.get("calibrator"), cfg.get("allow_mismatch", False))
                 clock["load"] += time.perf_counter() - t
+                clock["threads"] = enc.threads
             t = time.perf_counter()
             X = enc.encode(texts, batch_size=cfg["batch_size"])
             clock["encode"] += time.perf_counter() - t
@@ -200,21 +228,55 @@ def encode_batches(batches, cfg):
         if k == 0:
             maybe_fail(cfg.get("fail_once"))
     if cfg.get("log_stats"):
-        log_task(clock)
+        log_task(clock, cfg["log_stats"])
 
 
-def log_task(clock):
-    """One stderr line per task (``BERTFLOW_SPARK_STATS=1``, for benchmarks):
-    model load and encode seconds, rows, and the worker's peak RSS so far."""
+def _process_age():
+    """Seconds since this worker process started (its fork and imports, at the
+    first task), from /proc; -1 where there is no /proc."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            now = float(f.read().split()[0])
+        return now - start / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
+def log_task(clock, where):
+    """One line per task (``BERTFLOW_SPARK_STATS``, for benchmarks and tests)
+    on the executor's stderr (``1``) or appended to the file ``where`` names:
+    the worker's pid and age at the task's start (its fork and imports, for
+    its first task), model load and encode seconds, rows, the encoder's
+    threads, the models the task loaded (0 when its process had the model
+    already), the process's OS threads, whether it imported pandas, and its
+    peak RSS."""
     import resource
     import sys
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     total = time.perf_counter() - clock["start"]
-    sys.stderr.write(
-        f"bertflow.spark task: pid {os.getpid()} rows {clock['rows']} load_s {clock['load']:.2f} "
-        f"encode_s {clock['encode']:.2f} task_s {total:.2f} peak_rss_mb {rss:.0f}\n")
-    sys.stderr.flush()
+    try:
+        with open("/proc/self/status") as f:
+            os_threads = next(int(x.split()[1]) for x in f if x.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError):
+        os_threads = -1
+    line = (f"bertflow.spark task: pid {os.getpid()} rows {clock['rows']} age_s "
+            f"{clock['age']:.2f} load_s {clock['load']:.2f} encode_s {clock['encode']:.2f} "
+            f"task_s {total:.2f} threads {clock.get('threads', 0)} loads "
+            f"{LOADS[0] - clock['loads0']} os_threads {os_threads} pandas "
+            f"{int('pandas' in sys.modules)} peak_rss_mb {rss:.0f}\n")
+    if where == "1":
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return
+    # One short append per line: lines of concurrent workers do not interleave.
+    fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def stats_batches(batches, col):

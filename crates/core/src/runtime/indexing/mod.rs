@@ -11,10 +11,21 @@ use ndarray::{Array2, ArrayView2};
 use std::path::Path;
 use std::sync::Arc;
 
+mod modes;
+mod sparse;
 mod vectors;
 
 pub use crate::runtime::vector_input::{
     open_rows, RowSource, PARQUET_TEXT_COLUMN, PARQUET_VECTOR_COLUMN,
+};
+pub use modes::{
+    default_depth, fuse_rrf, fuse_weighted, search_index, search_index_with, Fusion, FusionParams,
+    SearchMode, DEFAULT_ALPHA, DEFAULT_RRF_K,
+};
+pub use sparse::{
+    add_with_sparse, build_sparse_index, build_sparse_index_from_vectors, check_sparse_source,
+    embed_into_sparse_index, file_sparse_source, model_sparse_info, read_sparse_file,
+    write_vectors_sparse, SparseInput,
 };
 pub use vectors::{
     build_index_from_rows, build_index_from_vectors, check_declared, check_vectors_file,
@@ -415,10 +426,12 @@ pub fn build_index(
 ) -> Result<u64> {
     let identity = pipeline.identity()?;
     let first = texts.len().min(chunk.max(1));
+    // The pipeline's default prompt, as `embed_into_index` embeds the rest.
+    let prompted = pipeline.prompt_texts(texts[..first].to_vec(), None)?;
     let head = pipeline
         .calibrate(
             pipeline
-                .embed_batch(&texts[..first], &pipeline.embedder().opts)
+                .embed_batch(&prompted, &pipeline.embedder().opts)
                 .context("encoding the corpus failed")?
                 .vectors,
         )?

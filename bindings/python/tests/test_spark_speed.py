@@ -1,0 +1,82 @@
+"""What keeps `bertflow.spark` at the CLI's speed per core: one model load
+per Python worker process (not per task), the encoder's threads per task,
+no id job and no shuffle where the input does not need them."""
+
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import bertflow.spark as bs
+from bertflow.spark import __main__ as command
+from conftest import MODEL, spark_vectors
+
+LINE = re.compile(r"task: pid (\d+) rows (\d+) .* threads (\d+) loads (\d+) ")
+
+
+def _task_lines(path):
+    return [tuple(map(int, m.groups())) for m in map(LINE.search, path.read_text().splitlines())
+            if m]
+
+
+def test_one_model_load_per_worker_process_and_the_threads_per_task(spark, stsb_test, tmp_path,
+                                                                    monkeypatch):
+    stats = tmp_path / "tasks.log"
+    monkeypatch.setenv(bs.STATS_ENV, str(stats))
+    df = spark.read.parquet(str(stsb_test["parquet"])).where("id < 300").repartition(6)
+    # A token limit no other test uses: each worker's first task of this job loads it.
+    ids, _ = spark_vectors(bs.encode(df, model=MODEL, max_len=77))
+    assert len(ids) == 300
+    tasks = _task_lines(stats)
+    assert len(tasks) == 6 and sum(rows for _, rows, _, _ in tasks) == 300
+    # spark.task.cpus (1) encoder threads in every task: 2 slots, 2 threads.
+    assert all(threads == 1 for _, _, threads, _ in tasks)
+    pids = {pid for pid, _, _, _ in tasks}
+    assert len(pids) < len(tasks), "no Python worker ran two tasks (spark.python.worker.reuse)"
+    for pid in pids:
+        assert sum(loads for p, _, _, loads in tasks if p == pid) == 1, tasks
+
+    # An explicit thread count reaches the encoder.
+    stats.unlink()
+    spark_vectors(bs.encode(df.limit(20).repartition(1), model=MODEL, max_len=77, threads=2))
+    assert [t[2] for t in _task_lines(stats)] == [2]
+
+
+def _jobs(spark):
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+def test_ids_of_a_one_partition_input_need_no_job(spark, tmp_path):
+    pq.write_table(pa.table({"text": [f"s{i}" for i in range(50)]}), tmp_path / "a.parquet")
+    df = spark.read.parquet(str(tmp_path / "a.parquet"))
+    assert command.input_partitions(df) == 1
+    before = _jobs(spark)
+    with_ids = command.add_ids(df, "id", 1)
+    assert _jobs(spark) == before, "add_ids ran a job for a one-partition input"
+    got = with_ids.repartition(3).toArrow().to_pylist()
+    assert sorted(r["id"] for r in got) == list(range(50))
+    assert all(r["text"] == f"s{r['id']}" for r in got)
+    # Several partitions: one job counts their rows, ids follow partition order.
+    (tmp_path / "many").mkdir()
+    for i in range(3):
+        pq.write_table(pa.table({"text": [f"p{i}-{j}" for j in range(10 + i)]}),
+                       tmp_path / "many" / f"part-{i}.parquet")
+    df = spark.read.parquet(str(tmp_path / "many"))
+    n = command.input_partitions(df)
+    assert n is not None and n > 1
+    got = command.add_ids(df, "id", n).toArrow().to_pylist()
+    assert sorted(r["id"] for r in got) == list(range(33))
+    assert len({r["text"] for r in got}) == 33
+
+
+@pytest.mark.parametrize("requested, cores, have, want", [
+    (None, 1, 1, None),   # local[1], one input partition: no shuffle
+    (None, 2, 1, 2),      # local[2]: split it for the second core
+    (None, 2, 5, None),   # enough partitions already
+    (None, 2, None, 2),   # cannot tell (Spark Connect): split
+    (None, None, 1, None),  # a cluster: the input's partitions
+    (7, 2, 40, 7),        # --partitions always wins
+])
+def test_plan_partitions(requested, cores, have, want):
+    assert command.plan_partitions(requested, cores, have) == want
