@@ -14,8 +14,7 @@ export BERTFLOW_TUNE="${BERTFLOW_TUNE:-0}"
 scripts/fetch_model.sh
 # The lock file must be current before the long build starts.
 cargo metadata --locked --format-version 1 >/dev/null
-# The default members: every crate (the Python bindings have no Rust test target;
-# they are members so that features resolve as in the wheel build below).
+# The default members: every crate but the Python bindings (built by maturin below).
 cargo test --release --locked "$@"
 # The Python tests compare against the release binary. Built with the default
 # members' feature set (what `cargo test` just compiled, so this is a no-op
