@@ -26,8 +26,7 @@ use crate::inputs::{parse_pieces, piece_text, Piece};
 use crate::prompt::prompted_pieces;
 use crate::queue::{Output, Task};
 use crate::state::{from_object, AppState};
-use crate::tei::{require_embedding, TeiResult};
-use crate::tei_error::{TeiBody, TeiError};
+use crate::tei_error::{require_embedding, TeiBody, TeiError, TeiResult};
 use crate::truncation::{Truncation, TruncationDirection};
 
 /// TEI's `EmbedSparseRequest`.

@@ -21,20 +21,8 @@ use crate::inputs::{finish_vector, keep_dimensions, parse_pieces, piece_text, Pi
 use crate::prompt::{prompted, prompted_pieces};
 use crate::queue::{Output, Task};
 use crate::state::{check_count, check_text, embed_inputs, from_object, kind_of, AppState};
-use crate::tei_error::{TeiBody, TeiError};
+use crate::tei_error::{require_embedding, TeiBody, TeiError, TeiResult};
 use crate::truncation::{Truncation, TruncationDirection};
-
-pub(crate) type TeiResult<T> = Result<Json<T>, TeiError>;
-
-/// 424 unless the model embeds (TEI's answer to a reranker asked to embed).
-pub(crate) fn require_embedding(state: &AppState) -> Result<(), TeiError> {
-    match state.info.kind {
-        ModelKind::Embedding => Ok(()),
-        ModelKind::Reranker => Err(TeiError::backend(
-            "model is not an embedding model: this server serves a reranker; use /rerank or /predict",
-        )),
-    }
-}
 
 // ---------------------------------------------------------------------------
 // POST /embed

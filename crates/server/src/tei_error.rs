@@ -19,8 +19,10 @@ use std::sync::Arc;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde::Serialize;
 
+use crate::backend::ModelKind;
 use crate::error::ApiError;
 use crate::state::{AppState, JsonObject};
 
@@ -126,5 +128,18 @@ impl IntoResponse for TeiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
+    }
+}
+
+/// A TEI route's answer: JSON, or an error in TEI's shape.
+pub(crate) type TeiResult<T> = Result<Json<T>, TeiError>;
+
+/// 424 unless the model embeds (TEI's answer to a reranker asked to embed).
+pub(crate) fn require_embedding(state: &AppState) -> Result<(), TeiError> {
+    match state.info.kind {
+        ModelKind::Embedding => Ok(()),
+        ModelKind::Reranker => Err(TeiError::backend(
+            "model is not an embedding model: this server serves a reranker; use /rerank or /predict",
+        )),
     }
 }

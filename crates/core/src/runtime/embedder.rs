@@ -98,18 +98,6 @@ impl EmbedderConfig {
     }
 }
 
-/// The one rule for a batch size: at least 1 sentence per forward pass.
-pub(crate) fn set_batch_size(opts: &mut EncodeOptions, n: usize) -> Result<()> {
-    if n == 0 {
-        return Err(crate::CoreError::setting(
-            "batch_size",
-            "must be at least 1, got 0",
-        ));
-    }
-    opts.batch_size = n;
-    Ok(())
-}
-
 /// The encoder plus how to run it, where to cache, and where to report progress.
 pub struct Embedder {
     pub encoder: Encoder,
@@ -142,7 +130,7 @@ impl Embedder {
 
     /// Sentences per forward pass from now on (at least 1).
     pub fn set_batch_size(&mut self, n: usize) -> Result<()> {
-        set_batch_size(&mut self.opts, n)
+        crate::runtime::run_config::set_batch_size(&mut self.opts, n)
     }
 
     /// Embeddings of each set for each pooling: result[set][pooling].

@@ -17,7 +17,7 @@ pub use bertflow_encoder::head::Truncation;
 /// How to load and run a reranker. With core's `clap` feature it is the
 /// command line's model options (the CLI flattens it); it reads and writes as
 /// JSON (serde).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct RerankerConfig {
@@ -32,15 +32,6 @@ pub struct RerankerConfig {
     #[cfg_attr(feature = "clap", command(flatten))]
     #[serde(flatten)]
     pub runtime: RuntimeConfig,
-}
-
-impl Default for RerankerConfig {
-    fn default() -> Self {
-        Self {
-            model: String::new(),
-            runtime: RuntimeConfig::default(),
-        }
-    }
 }
 
 impl RerankerConfig {

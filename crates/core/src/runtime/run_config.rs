@@ -86,10 +86,22 @@ impl RuntimeConfig {
     pub fn options(&self) -> Result<EncodeOptions> {
         crate::runtime::defaults::precision()?;
         let mut opts = EncodeOptions::default();
-        crate::runtime::embedder::set_batch_size(&mut opts, self.batch_size)?;
+        set_batch_size(&mut opts, self.batch_size)?;
         if let Some(t) = crate::runtime::defaults::threads(self.threads)? {
             opts.threads = t;
         }
         Ok(opts)
     }
+}
+
+/// The one rule for a batch size: at least 1 sentence per forward pass.
+pub(crate) fn set_batch_size(opts: &mut EncodeOptions, n: usize) -> Result<()> {
+    if n == 0 {
+        return Err(crate::CoreError::setting(
+            "batch_size",
+            "must be at least 1, got 0",
+        ));
+    }
+    opts.batch_size = n;
+    Ok(())
 }

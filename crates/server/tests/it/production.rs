@@ -305,11 +305,13 @@ async fn openapi_lists_every_route_and_every_route_answers() {
     assert_eq!(status, 200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{doc}");
     // Every route the router serves, with its method and a request it accepts.
-    let routes: [(&str, &str, serde_json::Value); 16] = [
+    let routes: [(&str, &str, serde_json::Value); 18] = [
         ("get", "/", json!(null)),
         ("post", "/", json!({"inputs": "x"})),
         ("post", "/embed", json!({"inputs": "x"})),
         ("post", "/embed_all", json!({"inputs": "x"})),
+        ("post", "/embed_sparse", json!({"inputs": "x"})),
+        ("post", "/embed_multi", json!({"inputs": "x"})),
         ("post", "/decode", json!({"ids": [101]})),
         ("post", "/rerank", json!({"query": "x", "texts": ["y"]})),
         ("post", "/predict", json!({"inputs": "x"})),
@@ -356,7 +358,8 @@ async fn openapi_lists_every_route_and_every_route_answers() {
         // The fake is an embedding model without TEI's extras: its TEI
         // routes answer TEI's 424, which proves they are routed.
         let want = match *path {
-            "/embed_all" | "/decode" | "/rerank" | "/predict" => 424,
+            "/embed_all" | "/embed_sparse" | "/embed_multi" | "/decode" | "/rerank"
+            | "/predict" => 424,
             _ => 200,
         };
         assert_eq!(status, want, "{method} {path}");
