@@ -113,7 +113,7 @@ impl PyReranker {
         let inner = py.detach(|| config.open(silent())).map_err(errors::core)?;
         Ok(Self {
             inner,
-            precision: config.precision.to_string(),
+            precision: config.runtime.precision.to_string(),
         })
     }
 

@@ -272,6 +272,17 @@ pub struct AnnArgs {
 }
 
 /// The sentences of `--corpus`.
+/// What `cmd_index_sparse` reads of the settings.
+fn sparse_settings(s: &EmbedSettings) -> crate::cmd_index_sparse::Settings<'_> {
+    crate::cmd_index_sparse::Settings {
+        sparse: &s.sparse,
+        model: &s.vectors.model,
+        vector_file: s.vector_file.as_deref(),
+        columns: (&s.text_column, &s.vector_column),
+        chunk: s.chunk,
+    }
+}
+
 fn corpus(s: &EmbedSettings) -> Result<Vec<String>> {
     let Some(corpus) = &s.corpus else {
         anyhow::bail!("give the sentences with --corpus (or --vectors and --texts)");
@@ -303,7 +314,7 @@ fn embed(s: &EmbedSettings, index: &Path, quantize: Option<&QuantSpec>) -> Resul
     }
     if writer.sparse().is_some() || s.sparse.asked() {
         let added = crate::cmd_index_sparse::add(
-            s,
+            &sparse_settings(s),
             &pipeline,
             &mut writer,
             || corpus(s),
@@ -334,12 +345,18 @@ fn build(b: &BuildArgs) -> Result<u64> {
     let pipeline = open_pipeline(&s.vectors)?;
     let quantize = QuantizeWith::of(&pipeline, b.quantize.as_ref())?;
     if s.sparse.asked() {
-        return crate::cmd_index_sparse::build(b, &pipeline, quantize, || {
-            Ok(match &s.vector_file {
-                Some(v) => (vector_texts(s, v)?, true),
-                None => (Some(corpus(s)?), false),
-            })
-        });
+        return crate::cmd_index_sparse::build(
+            &sparse_settings(s),
+            &b.output,
+            &pipeline,
+            quantize,
+            || {
+                Ok(match &s.vector_file {
+                    Some(v) => (vector_texts(s, v)?, true),
+                    None => (Some(corpus(s)?), false),
+                })
+            },
+        );
     }
     match &s.vector_file {
         Some(vectors) => {

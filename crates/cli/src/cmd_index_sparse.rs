@@ -103,16 +103,27 @@ fn given(path: &Path, pipeline: &Pipeline) -> Result<SparseInput<'static>> {
     })
 }
 
-/// `index build` with sparse vectors: from the corpus or `--vectors`.
+/// What the sparse side reads of `index build|add`'s settings (given by
+/// `cmd_index`, which this module does not import).
+pub struct Settings<'a> {
+    pub sparse: &'a SparseArgs,
+    pub model: &'a bertflow_core::EmbedderConfig,
+    pub vector_file: Option<&'a Path>,
+    /// Parquet `--vectors`: the text and vector columns.
+    pub columns: (&'a str, &'a str),
+    pub chunk: usize,
+}
+
+/// `index build` with sparse vectors into `output`: from the corpus or `--vectors`.
 pub fn build(
-    b: &crate::cmd_index::BuildArgs,
+    s: &Settings,
+    output: &Path,
     pipeline: &Pipeline,
     quantize: bertflow_core::indexing::QuantizeWith,
     texts: impl FnOnce() -> Result<(Option<Vec<String>>, bool)>,
 ) -> Result<u64> {
-    let s = &b.settings;
     let model = if s.sparse.with_sparse {
-        Some(retriever(&s.vectors.model)?)
+        Some(retriever(s.model)?)
     } else {
         None
     };
@@ -125,20 +136,20 @@ pub fn build(
         (None, None) => bail!("give --with-sparse or --sparse FILE"),
     };
     let (texts, from_vectors) = texts()?;
-    Ok(match (&s.vector_file, from_vectors) {
+    Ok(match (s.vector_file, from_vectors) {
         (Some(vectors), true) => build_sparse_index_from_vectors(
             pipeline,
             vectors,
             texts.as_deref(),
-            (&s.text_column, &s.vector_column),
+            s.columns,
             s.chunk,
-            &b.output,
+            output,
             quantize,
             &input,
         )?,
         _ => {
             let texts = texts.unwrap_or_default();
-            build_sparse_index(pipeline, &texts, s.chunk, &b.output, quantize, &input)?
+            build_sparse_index(pipeline, &texts, s.chunk, output, quantize, &input)?
         }
     })
 }
@@ -146,7 +157,7 @@ pub fn build(
 /// `index add` to `writer`: with the sparse vectors the index stores (the
 /// model's head unless --sparse gives them), or none for an index without.
 pub fn add(
-    s: &crate::cmd_index::EmbedSettings,
+    s: &Settings,
     pipeline: &Pipeline,
     writer: &mut IndexWriter,
     corpus: impl FnOnce() -> Result<Vec<String>>,
@@ -160,7 +171,7 @@ pub fn add(
     };
     let model = match &s.sparse.sparse {
         Some(_) => None,
-        None => Some(retriever(&s.vectors.model)?),
+        None => Some(retriever(s.model)?),
     };
     let input = match (&model, &s.sparse.sparse) {
         (Some(r), _) => {
@@ -190,12 +201,11 @@ pub fn add(
         }
         (None, None) => unreachable!("a model or a file"),
     };
-    match &s.vector_file {
+    match s.vector_file {
         Some(vectors) => {
             bertflow_core::indexing::check_vectors_file(pipeline, vectors)?;
             let texts = vector_texts(vectors)?;
-            let mut rows =
-                bertflow_core::indexing::open_rows(vectors, &s.text_column, &s.vector_column)?;
+            let mut rows = bertflow_core::indexing::open_rows(vectors, s.columns.0, s.columns.1)?;
             let mut input_rows = VectorsInput {
                 rows: &mut *rows,
                 texts: texts.as_deref(),

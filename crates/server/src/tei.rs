@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::access::Ctx;
-use crate::backend::ModelKind;
 use crate::error::ApiError;
 use crate::index::cosine;
 use crate::inputs::{finish_vector, keep_dimensions, parse_pieces, piece_text, Piece};
