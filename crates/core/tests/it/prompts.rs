@@ -27,7 +27,6 @@ fn config(pooling: &str, prompt: PromptConfig) -> PipelineConfig {
             },
             no_cache: true,
             prompt,
-            ..Default::default()
         },
         pooling: Some(pooling.parse().unwrap()),
         ..Default::default()
