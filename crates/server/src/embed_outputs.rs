@@ -69,8 +69,9 @@ pub(crate) struct EmbedMultiRequest {
     is_query: bool,
 }
 
-/// The parsed, prompted inputs and truncation of either request.
-fn inputs(
+/// The parsed, prompted inputs and truncation of a TEI request (`inputs`,
+/// `prompt_name`, `truncate`, `truncation_direction`) to an embedding model.
+pub(crate) fn inputs(
     state: &AppState,
     ctx: &Ctx,
     inputs: Value,

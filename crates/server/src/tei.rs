@@ -123,16 +123,14 @@ pub(crate) async fn embed_all(
     TeiBody(body): TeiBody,
 ) -> TeiResult<Vec<Vec<Vec<f32>>>> {
     let request: EmbedAllRequest = from_object(body)?;
-    require_embedding(&state)?;
-    let truncation = Truncation::of(
-        state.config.auto_truncate,
+    let (pieces, truncation) = crate::embed_outputs::inputs(
+        &state,
+        &ctx,
+        request.inputs,
+        request.prompt_name.as_deref(),
         request.truncate,
         request.truncation_direction,
-    );
-    let pieces = parse_pieces(request.inputs, "inputs", &state)?;
-    let texts: Vec<&str> = pieces.iter().map(piece_text).collect();
-    ctx.record(&texts, state.config.log_inputs);
-    let pieces = prompted_pieces(&state, pieces, request.prompt_name.as_deref())?;
+    )?;
     let outputs = state
         .infer
         .run(Task::EmbedAll, "inputs", pieces, truncation)
