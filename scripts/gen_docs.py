@@ -282,7 +282,7 @@ def serve_samples():
                     # keeps the sample the same on every machine.
                     if "kernels" in answer:
                         answer["kernels"] = "<picked for this CPU>"
-                for key in ("model", "model_id"):  # as run from the checkout
+                for key in ("model", "model_id", "served_model_name"):  # as run from the checkout
                     if isinstance(answer, dict) and answer.get(key) == model:
                         answer[key] = "models/all-MiniLM-L6-v2"
                 what = f"POST {route} {json.dumps(body)}" if body is not None else f"GET {route}"
