@@ -22,6 +22,7 @@ use serde::Serialize;
 /// | `InvalidField` | 422 | `invalid_request_error` | `invalid_field` |
 /// | `InputTooLong` | 422 | `invalid_request_error` | `input_too_long` |
 /// | `TooManyTokens` | 413 | `invalid_request_error` | `too_many_tokens` (TEI's routes without `truncate`) |
+/// | `RequestOverBudget` | 413 | `invalid_request_error` | `request_too_large` (more tokens than `max_queue_tokens`) |
 /// | `Overloaded`, `OverloadedTokens` | 429 | `rate_limit_error` | `overloaded` (+ `Retry-After: 1`) |
 /// | `Backend` | 500 | `server_error` | `backend_error` |
 /// | `Internal` | 500 | `server_error` | `internal_error` |
@@ -100,6 +101,15 @@ pub enum ApiError {
         param: String,
         /// The model's `max_len`.
         max_len: usize,
+    },
+    /// The request alone has more tokens than the whole queue may hold: it
+    /// could never be admitted (no retry helps).
+    #[error("the request has {requested} tokens, more than the server's queue takes at once ({limit}, --max-queue-tokens): send fewer or shorter inputs per request")]
+    RequestOverBudget {
+        /// Tokens of the request (after truncation; a lower bound before tokenizing).
+        requested: usize,
+        /// `max_queue_tokens`.
+        limit: usize,
     },
     /// The queue cannot take the request's inputs now.
     #[error("server overloaded: the queue holds {queued} of at most {limit} inputs and cannot take {requested} more; retry later")]
@@ -192,6 +202,9 @@ impl ApiError {
             InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_field"),
             InputTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "input_too_long"),
             TooManyTokens { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "too_many_tokens"),
+            RequestOverBudget { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "request_too_large")
+            }
             Overloaded { .. } | OverloadedTokens { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_error",
@@ -333,6 +346,13 @@ mod tests {
             (ApiError::Unauthorized("x".into()), 401),
             (ApiError::NoCorpus, 404),
             (ApiError::BodyTooLarge { limit: 1 }, 413),
+            (
+                ApiError::RequestOverBudget {
+                    requested: 2,
+                    limit: 1,
+                },
+                413,
+            ),
             (ApiError::TooManyInputs { count: 2, limit: 1 }, 413),
             (ApiError::invalid(Some("dimensions"), "x"), 422),
             (

@@ -9,9 +9,10 @@
 //! * **Admission** ([`Queue::reserve`], [`Queue::submit`]): at most
 //!   `max_queue_inputs` inputs (queued, or being tokenized) and
 //!   `max_queue_tokens` tokens not yet taken by a worker; a job that does not
-//!   fit is refused with 429 at once (a job larger than the whole token budget
-//!   is taken when the queue is empty, and runs alone). Once shutdown begins,
-//!   nothing more is admitted (503).
+//!   fit is refused with 429 at once; a job larger than the whole token budget
+//!   could never fit and is refused with 413 (admitted alone into an empty
+//!   queue, it held every worker for longer than clients wait). Once shutdown
+//!   begins, nothing more is admitted (503).
 //! * **Batches** ([`next_batch`]): a worker takes the oldest item (so none
 //!   waits forever) and fills the batch with the queued items of the same task
 //!   whose lengths are closest to it, under `max_batch_tokens` (the sum of the
@@ -282,6 +283,12 @@ impl Queue {
             return Err(ApiError::ShuttingDown);
         }
         let limits = self.shared.limits;
+        if min_tokens > limits.max_queue_tokens {
+            return Err(ApiError::RequestOverBudget {
+                requested: min_tokens,
+                limit: limits.max_queue_tokens,
+            });
+        }
         let waiting = state.items.len() + state.reserved;
         if waiting + inputs > limits.max_queue_inputs {
             return Err(ApiError::Overloaded {
@@ -331,6 +338,12 @@ impl Queue {
             return Err(ApiError::ShuttingDown);
         }
         let limit = self.shared.limits.max_queue_tokens;
+        if tokens > limit {
+            return Err(ApiError::RequestOverBudget {
+                requested: tokens,
+                limit,
+            });
+        }
         if state.queued_tokens > 0 && state.queued_tokens.saturating_add(tokens) > limit {
             return Err(ApiError::OverloadedTokens {
                 queued: state.queued_tokens,

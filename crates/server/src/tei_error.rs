@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `EmptyInput` | 400 | `Empty` |
 //! | `InvalidJson` | 400 | `Validation` |
-//! | `BodyTooLarge`, `TooManyInputs`, `InputTooLong`, an input over `max_len` without `truncate` | 413 | `Validation` |
+//! | `BodyTooLarge`, `TooManyInputs`, `InputTooLong`, `RequestOverBudget`, an input over `max_len` without `truncate` | 413 | `Validation` |
 //! | `InvalidField` (a field missing, unknown value, `prompt_name`, `dimensions`, ...) | 422 | `Validation` |
 //! | `Overloaded`, `OverloadedTokens` | 429 | `Overloaded` (+ `Retry-After: 1`) |
 //! | `Backend`, `NotSupported` (e.g. an embedding model asked to rerank) | 424 | `Backend` |
@@ -94,6 +94,7 @@ impl From<ApiError> for TeiError {
             BodyTooLarge { .. }
             | TooManyInputs { .. }
             | InputTooLong { .. }
+            | RequestOverBudget { .. }
             | TooManyTokens { .. } => (StatusCode::PAYLOAD_TOO_LARGE, TeiErrorType::Validation),
             InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, TeiErrorType::Validation),
             Overloaded { .. } | OverloadedTokens { .. } => {

@@ -52,9 +52,26 @@ async fn long_inputs_past_the_queued_token_budget_get_429_at_once() {
         let (status, body) = request.await.unwrap();
         assert_eq!(status, 200, "{body}");
     }
-    // The queue is empty again: a request over the whole budget runs alone.
+    // The queue is empty again, yet a request over the whole budget (3 x 40
+    // tokens) could never fit: 413 naming the limit, not a long lone run.
     let big = vec!["word ".repeat(100); 3];
     let (status, body) = s.post("/v1/embeddings", &json!({ "input": big })).await;
+    assert_error(status, &body, 413, "request_too_large");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("120 tokens") && message.contains("--max-queue-tokens"),
+        "{message}"
+    );
+    // TEI's routes say so in TEI's shape; token ids count their length.
+    let (status, body) = s.post("/embed", &json!({ "inputs": big })).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error_type"], "Validation", "{body}");
+    let ids: Vec<Vec<u32>> = vec![(1..=40).collect(); 3];
+    let (status, body) = s.post("/embed", &json!({ "inputs": ids })).await;
+    assert_eq!(status, 413, "{body}");
+    // Within the budget (80 of 100) it runs.
+    let fits = vec!["word ".repeat(100), "word ".repeat(100)];
+    let (status, body) = s.post("/v1/embeddings", &json!({ "input": fits })).await;
     assert_eq!(status, 200, "{body}");
     Arc::try_unwrap(s).ok().expect("unshared").stop().await;
 }
