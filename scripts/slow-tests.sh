@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The slow real-data group: every STS regression test on all seven tasks
-# (about 2 minutes on 2 cores), then the Python package's slow tests (all
-# seven tasks against the CLI, the abi3 wheel build, Spark on every STS-B sentence),
-# and the headless-browser checks of the playground page and the report. CI runs the reduced
-# versions via scripts/test.sh.
+# The slow real-data group: every STS regression test on all seven tasks and the
+# full-size versions of the CLI's end-to-end tests, then the Python package's slow
+# tests (all seven tasks against the CLI, the abi3 wheel build, Spark on every
+# STS-B sentence), and the headless-browser checks of the playground page and the
+# report. CI runs the reduced versions via scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
-cargo test --release --locked -p bertflow --test sts_scores --test auto_scores -- --ignored "$@"
+# The CLI's slow tests (crates/cli/tests/it: one binary, a module per topic): every
+# `#[ignore = "slow: ..."]` test but the browser's (below).
+cargo test --release --locked -p bertflow --test it -- --ignored --skip browser:: "$@"
 # Fuzzing: every reader of outside bytes under the stable byte-mutation harness,
 # BERTFLOW_FUZZ_ITERS inputs (default 20,000) or BERTFLOW_FUZZ_SECS seconds
 # (default 60) per target (benchmarks/fuzz.md; the cargo-fuzz targets are in fuzz/).
@@ -29,7 +31,7 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
     || echo "could not install chromium: the browser tests will be skipped"
 fi
-cargo test --release --locked -p bertflow --test browser -- --ignored "$@"
+cargo test --release --locked -p bertflow --test it -- --ignored browser:: "$@"
 # The server's floods (issue 49's probes): every route refused or answered within 5 s,
 # /health within 1 s, bounded memory, SIGTERM within the shutdown timeout.
 scripts/soak.sh --floods
