@@ -66,7 +66,7 @@ if [[ ! -f $ORT_DIR/model_fp32.onnx || ! -f $ORT_DIR/model_int8.onnx ]]; then
 fi
 
 echo "== building bertflow (release)"
-cargo build --release -p bertflow
+cargo build --release --bins
 # A private copy: other builds in the shared target directory must not swap the
 # binary under a running benchmark.
 BIN=$OUT/bertflow

@@ -44,7 +44,7 @@ if (( free < need )); then
   exit 1
 fi
 if [ "$B" = target/release/bertflow ]; then
-  cargo build --release --offline -p bertflow >/dev/null
+  cargo build --release --offline --bins >/dev/null
   cargo build --release --offline -p bertflow-index --example index_bench >/dev/null
 fi
 lscpu | grep -E "Model name|^CPU\(s\)"

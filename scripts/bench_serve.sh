@@ -36,7 +36,7 @@ if ! command -v wrk >/dev/null; then
 fi
 command -v curl >/dev/null || { echo "curl is required" >&2; exit 1; }
 
-cargo build --release -p bertflow >&2
+cargo build --release --bins >&2
 BIN=target/release/bertflow
 
 TMP=$(mktemp -d)

@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--floods" ]]; then
   bin=${BERTFLOW_BIN:-target/release/bertflow}
-  [[ -x "$bin" ]] || cargo build --release -p bertflow
+  [[ -x "$bin" ]] || cargo build --release --bins
   status=0
   flood_server() { # MODEL ROUTE...: floods, then SIGTERM under the first route's flood
     local model=$1; shift
@@ -61,7 +61,7 @@ shift $(( $# >= 2 ? 2 : $# ))
 [[ "${1:-}" == "--" ]] && shift
 extra=("$@")
 bin=${BERTFLOW_BIN:-target/release/bertflow}
-[[ -x "$bin" ]] || cargo build --release -p bertflow
+[[ -x "$bin" ]] || cargo build --release --bins
 log=$(mktemp)
 if [[ ! " ${extra[*]:-} " =~ " --corpus " && ! " ${extra[*]:-} " =~ " --index " ]]; then
   data=${BERTFLOW_DATA:-../shared/data/sts}

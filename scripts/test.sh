@@ -14,13 +14,14 @@ export BERTFLOW_TUNE="${BERTFLOW_TUNE:-0}"
 scripts/fetch_model.sh
 # The lock file must be current before the long build starts.
 cargo metadata --locked --format-version 1 >/dev/null
-# The default members: every crate but the Python bindings (built by maturin below).
+# The default members: every crate (the Python bindings have no Rust test target;
+# they are members so that features resolve as in the wheel build below).
 cargo test --release --locked "$@"
-# The Python tests compare against the release binary. Built with the default
-# members' feature set (what `cargo test` just compiled, so this is a no-op
-# after a full run): `-p bertflow` alone would unify features differently and
-# recompile tokio and the rest (minutes on 2 cores).
-cargo build --release --locked --all-targets
+# The Python tests compare against the release binary: `cargo test` built it
+# (the CLI's tests run it), so this is a no-op after a full run. `--bins`, not
+# `-p bertflow` (which would resolve features differently and compile most
+# crates again) nor `--all-targets` (benches, and the bindings outside maturin).
+cargo build --release --locked --bins
 scripts/python-env.sh
 scripts/ensure-java.sh  # the bertflow.spark tests run a local Spark session
 set +e

@@ -41,7 +41,7 @@ def _binary():
 def bertflow_bin():
     exe = _binary()
     if not exe.is_file():
-        pytest.fail(f"{exe} is missing: build it with `cargo build --release -p bertflow`")
+        pytest.fail(f"{exe} is missing: build it with `cargo build --release --bins`")
     return exe
 
 
@@ -128,13 +128,21 @@ def spark():
     session.stop()
 
 
+STSB_TEST_ROWS = 1000
+
+
 @pytest.fixture(scope="session")
 def stsb_test(data_dir, tmp_path_factory):
-    """The 2,551 distinct STS-B test sentences as a text file (one per line)
-    and as Parquet (id, text), in the same order."""
+    """The first STSB_TEST_ROWS of the 2,551 distinct STS-B test sentences as
+    a text file (one per line) and as Parquet (id, text), in the same order:
+    more rows than the model's 384 dimensions (whitening is full rank), few
+    enough to keep the default run short; the slow group runs Spark on every
+    STS-B sentence (test_spark_encode.py)."""
     import bertflow
 
     sentences = bertflow.sts.tasks(data_dir, ["STS-B"])[0].sentences()
+    assert len(sentences) == 2551
+    sentences = sentences[:STSB_TEST_ROWS]
     return _write_corpus(tmp_path_factory.mktemp("stsb-test"), sentences)
 
 

@@ -110,7 +110,7 @@ def doc_env(cache):
 
 def run_doc(doc, workdir, cache, include_slow):
     if not _binary().is_file():
-        pytest.fail(f"{_binary()} is missing: build it with `cargo build --release -p bertflow`")
+        pytest.fail(f"{_binary()} is missing: build it with `cargo build --release --bins`")
     if not (MODEL / "config.json").is_file():
         pytest.fail(f"{MODEL} is missing: run scripts/fetch_model.sh")
     (workdir / "models").symlink_to(ROOT / "models", target_is_directory=True)

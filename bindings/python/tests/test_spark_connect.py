@@ -1,7 +1,10 @@
 """bertflow.spark over Spark Connect: the same encode, fit and transform as on a
 classic session, through a local Connect server (``local_session(...,
 connect=True)``). It runs in its own interpreter: a process holds classic or
-Connect sessions, not both, and the other Spark tests share a classic one."""
+Connect sessions, not both, and the other Spark tests share a classic one.
+In the slow group (``pytest -m slow``, scripts/slow-tests.sh): starting a
+Connect server is a second JVM, the slowest minute and a half of the default
+run, and the classic session's tests cover the same encode, fit and transform."""
 
 import json
 import os
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 
 import bertflow
@@ -18,6 +22,7 @@ import bertflow
 JOB = Path(__file__).with_name("spark_connect_job.py")
 
 
+@pytest.mark.slow
 def test_encode_fit_transform_over_spark_connect(stsb_test, encoder, model_dir, tmp_path):
     sentences = stsb_test["sentences"][:300]
     parquet = tmp_path / "s.parquet"

@@ -9,13 +9,13 @@ import pytest
 
 import bertflow
 import bertflow.spark as bs
-from conftest import MODEL, _write_corpus, spark_vectors
+from conftest import MODEL, STSB_TEST_ROWS, _write_corpus, spark_vectors
 
 
 
 @pytest.fixture(scope="module")
 def spark_encoded(spark, stsb_test):
-    """Spark's embeddings of the STS-B test sentences, read from Parquet in 3
+    """Spark's embeddings of the STS-B test sentences (conftest's), read from Parquet in 3
     partitions: (ids, vectors, row count)."""
     df = spark.read.parquet(str(stsb_test["parquet"])).repartition(3)
     out = bs.encode(df, "text", model=MODEL, pooling="last-avg")
@@ -26,7 +26,7 @@ def spark_encoded(spark, stsb_test):
 def test_encode_equals_cli(spark_encoded, stsb_test, stsb_cli):
     ids, X = spark_encoded
     n = len(stsb_test["sentences"])
-    assert n == 2551 and stsb_cli.shape == (n, 384)
+    assert n == STSB_TEST_ROWS and stsb_cli.shape == (n, 384)
     # Every input row once, ids preserved.
     assert len(ids) == n and len(np.unique(ids)) == n
     assert (ids == np.arange(n)).all()

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use bertflow_core::io::{read_sentences, EmptyLines};
 use bertflow_server::model::{IndexOptions, MappedIndex, ModelBackend};
 use bertflow_server::rerank_model::RerankBackend;
-use bertflow_server::retrieval_model::{RetrievalBackend, RetrievalServing};
+use bertflow_server::retrieval_model::{RetrievalBackend, RetrievalServing, WithSparseHead};
 use bertflow_server::{ApiKeys, EmbedBackend, Limits, LogFormat, ServerConfig};
 use clap::Args;
 use std::path::PathBuf;
@@ -408,9 +408,43 @@ fn embedding_backend(a: &ServeArgs, mut vectors: VectorArgs) -> Result<Served> {
                 bertflow_server::SearchIndex::method(&mapped),
                 started.elapsed().as_secs_f64() * 1e3
             ));
-            Some(mapped.shared())
+            Some(mapped)
         }
         None => None,
     };
-    Ok((Arc::new(backend), corpus, search_index))
+    let mut backend: Arc<dyn EmbedBackend> = Arc::new(backend);
+    if let Some(index) = search_index
+        .as_ref()
+        .filter(|m| m.index().sparse_info().is_some())
+    {
+        backend = with_sparse_head(&vectors, backend, &index.index())?;
+    }
+    Ok((backend, corpus, search_index.map(MappedIndex::shared)))
+}
+
+/// `backend` with the model's sparse head beside it, for `/search`'s sparse
+/// and hybrid modes over an index that stores sparse vectors; `backend` as
+/// it is (dense search only, said on stderr) when the model has no sparse head.
+fn with_sparse_head(
+    vectors: &VectorArgs,
+    backend: Arc<dyn EmbedBackend>,
+    index: &bertflow_core::index::Index,
+) -> Result<Arc<dyn EmbedBackend>> {
+    let retriever = bertflow_core::retrieval::Retriever::open(&vectors.model, progress::handle())?;
+    if !retriever.encoder.has_sparse() {
+        progress::note(
+            "note: the index stores sparse vectors, but the model has no sparse head to encode \
+             queries: /search is dense only",
+        );
+        return Ok(backend);
+    }
+    if let Some(note) = bertflow_core::indexing::check_sparse_source(index, &retriever)? {
+        progress::note(format!("note: {note}"));
+    }
+    progress::note(
+        "the index stores sparse vectors: /search takes mode sparse and hybrid (the model's \
+         sparse head loaded beside the pipeline; /embed_sparse answers too)",
+    );
+    // Queries keep every weight (a --max-active-dims cut applies to stored vectors).
+    Ok(Arc::new(WithSparseHead::new(backend, retriever, None)?))
 }

@@ -112,25 +112,26 @@ pub(crate) async fn embed_sparse(
         request.truncate,
         request.truncation_direction,
     )?;
-    let outputs = state
-        .infer
-        .run(Task::EmbedSparse, "inputs", pieces, truncation)
-        .await?;
-    let lists = outputs
-        .into_iter()
-        .map(|output| match output {
-            Output::Sparse(v) => Ok(v
-                .indices
-                .into_iter()
-                .zip(v.values)
-                .map(|(index, value)| SparseValue {
-                    index: index as usize,
-                    value,
-                })
-                .collect()),
-            _ => Err(TeiError::backend("the queue answered another task")),
-        })
-        .collect::<Result<_, _>>()?;
+    let lists = run_task(
+        &state,
+        Task::EmbedSparse,
+        pieces,
+        truncation,
+        |output| match output {
+            Output::Sparse(v) => Some(
+                v.indices
+                    .into_iter()
+                    .zip(v.values)
+                    .map(|(index, value)| SparseValue {
+                        index: index as usize,
+                        value,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        },
+    )
+    .await?;
     Ok(Json(lists))
 }
 
@@ -179,15 +180,33 @@ pub(crate) async fn multi_vectors(
     pieces: Vec<Piece>,
     truncation: Truncation,
 ) -> Result<Vec<Vec<Vec<f32>>>, TeiError> {
-    let outputs = state
-        .infer
-        .run(Task::EmbedMulti, "inputs", pieces, truncation)
-        .await?;
+    run_task(
+        state,
+        Task::EmbedMulti,
+        pieces,
+        truncation,
+        |output| match output {
+            Output::Multi(m) => Some(m),
+            _ => None,
+        },
+    )
+    .await
+}
+
+/// `task`'s answers for `pieces` through the queue, each taken out of its
+/// [`Output`] by `pick` (`None`: the queue answered another task, a bug).
+pub(crate) async fn run_task<T>(
+    state: &AppState,
+    task: Task,
+    pieces: Vec<Piece>,
+    truncation: Truncation,
+    pick: impl Fn(Output) -> Option<T>,
+) -> Result<Vec<T>, TeiError> {
+    let outputs = state.infer.run(task, "inputs", pieces, truncation).await?;
     outputs
         .into_iter()
-        .map(|output| match output {
-            Output::Multi(m) => Ok(m),
-            _ => Err(TeiError::backend("the queue answered another task")),
+        .map(|output| {
+            pick(output).ok_or_else(|| TeiError::backend("the queue answered another task"))
         })
         .collect()
 }

@@ -3,6 +3,9 @@
 use ndarray::Array2;
 use serde::Serialize;
 
+use bertflow_core::indexing::{FusionParams, SearchMode};
+use bertflow_core::SparseVector;
+
 use crate::backend::EmbedBackend;
 use crate::error::ServerError;
 use crate::queue::{embed_checked, plan_batches};
@@ -94,6 +97,41 @@ pub trait SearchIndex: Send + Sync + 'static {
         let _ = depth;
         self.search(query, top_k)
     }
+    /// Whether it stores sparse vectors, so that `/search` may take `mode`
+    /// `sparse` or `hybrid`. The default: no.
+    fn has_sparse(&self) -> bool {
+        false
+    }
+    /// The `top_k` best sentences for a query in `query.mode` (core's
+    /// `search_index`): the score is the cosine, the sparse dot product or
+    /// the fused score. The default: dense only (see
+    /// [`SearchIndex::has_sparse`]).
+    fn search_mode(
+        &self,
+        query: &ModeQuery,
+        top_k: usize,
+        depth: ScanDepth,
+    ) -> Result<Vec<Hit>, String> {
+        match (&query.dense, query.mode) {
+            (Some(dense), SearchMode::Dense) => self.search_rescored(dense, top_k, depth),
+            _ => Err(format!(
+                "mode {} needs an index with sparse vectors (bertflow index build \
+                 --with-sparse); this server searches {}",
+                query.mode,
+                self.method()
+            )),
+        }
+    }
+}
+
+/// A query of `/search` in a mode: its dense vector (unless the mode is
+/// sparse) and sparse vector (unless dense), and hybrid's fusion.
+#[derive(Debug, Clone, Default)]
+pub struct ModeQuery {
+    pub mode: SearchMode,
+    pub dense: Option<Vec<f32>>,
+    pub sparse: Option<SparseVector>,
+    pub fusion: FusionParams,
 }
 
 /// How deep a search of a quantized index scans, as a request asks: `None`

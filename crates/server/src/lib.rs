@@ -198,7 +198,7 @@ pub use backend::{
 };
 pub use config::{Limits, ServerConfig};
 pub use error::{ApiError, ServerError};
-pub use index::{Hit, ScanDepth, SearchIndex, SharedIndex};
+pub use index::{Hit, ModeQuery, ScanDepth, SearchIndex, SharedIndex};
 pub use logging::{init_logging, LogFormat};
 pub use metrics::Load;
 pub use openapi::openapi_document;

@@ -9,7 +9,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use bertflow_core::index::{Ann, CodeKind, Identity, Index, SearchParams};
 
-use crate::index::{Hit, ScanDepth, SearchIndex};
+use bertflow_core::indexing::search_index_with;
+
+use crate::index::{Hit, ModeQuery, ScanDepth, SearchIndex};
 
 /// How [`MappedIndex::open`] treats the index file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +212,43 @@ impl MappedIndex {
         }
     }
 
+    /// The dense ranking of `query`, as `(row, cosine)`: by the HNSW graph
+    /// once loaded (and the file not reopened since), else the scan.
+    fn ranked(
+        &self,
+        index: &Index,
+        query: &[f32],
+        top_k: usize,
+        depth: ScanDepth,
+    ) -> Result<Vec<(usize, f32)>, String> {
+        let rescore = depth.rescore.unwrap_or(self.rescore);
+        let shortlist = depth.shortlist.unwrap_or(self.shortlist);
+        let graph = self
+            .ann
+            .as_ref()
+            .filter(|_| !self.reloaded.load(Ordering::Acquire));
+        // More candidates than the index holds change nothing; capping them keeps a
+        // request's huge `rescore` from allocating room for them (0 stays the index's error).
+        let k = top_k.min(index.len()).max(1);
+        let params = SearchParams {
+            rescore: rescore.min(index.len().div_ceil(k).max(1)),
+            shortlist: shortlist.min(index.len().max(1)),
+            ..SearchParams::default()
+        };
+        match graph.and_then(|g| g.get()) {
+            Some(Ok(ann)) => {
+                let ann_rescore = depth
+                    .rescore
+                    .or(self.ann_rescore)
+                    .unwrap_or_else(|| ann.default_rescore());
+                let ann_rescore = ann_rescore.min(index.len().div_ceil(k).max(1));
+                ann.search_rescored(query, top_k, self.ef_search, ann_rescore)
+            }
+            _ => index.search_with(query, top_k, &params),
+        }
+        .map_err(|e| e.to_string())
+    }
+
     /// Share it with the server.
     pub fn shared(self) -> crate::SharedIndex {
         crate::SharedIndex(Arc::new(self))
@@ -253,43 +292,36 @@ impl SearchIndex for MappedIndex {
         top_k: usize,
         depth: ScanDepth,
     ) -> Result<Vec<Hit>, String> {
-        let rescore = depth.rescore.unwrap_or(self.rescore);
-        let shortlist = depth.shortlist.unwrap_or(self.shortlist);
         let index = self.index();
-        let graph = self
-            .ann
-            .as_ref()
-            .filter(|_| !self.reloaded.load(Ordering::Acquire));
-        // More candidates than the index holds change nothing; capping them keeps a
-        // request's huge `rescore` from allocating room for them (0 stays the index's error).
-        let k = top_k.min(index.len()).max(1);
-        let params = SearchParams {
-            rescore: rescore.min(index.len().div_ceil(k).max(1)),
-            shortlist: shortlist.min(index.len().max(1)),
-            ..SearchParams::default()
-        };
-        let ranked = match graph.and_then(|g| g.get()) {
-            Some(Ok(ann)) => {
-                let ann_rescore = depth
-                    .rescore
-                    .or(self.ann_rescore)
-                    .unwrap_or_else(|| ann.default_rescore());
-                let ann_rescore = ann_rescore.min(index.len().div_ceil(k).max(1));
-                ann.search_rescored(query, top_k, self.ef_search, ann_rescore)
-            }
-            _ => index.search_with(query, top_k, &params),
-        }
+        let ranked = self.ranked(&index, query, top_k, depth)?;
+        hits(&index, ranked)
+    }
+
+    fn has_sparse(&self) -> bool {
+        self.index().sparse_info().is_some()
+    }
+
+    fn search_mode(
+        &self,
+        query: &ModeQuery,
+        top_k: usize,
+        depth: ScanDepth,
+    ) -> Result<Vec<Hit>, String> {
+        let index = self.index();
+        let ranked = search_index_with(
+            &index,
+            query.dense.as_deref(),
+            query.sparse.as_ref(),
+            query.mode,
+            top_k,
+            &query.fusion,
+            &|q, k| {
+                self.ranked(&index, q, k, depth)
+                    .map_err(bertflow_core::CoreError::Input)
+            },
+        )
         .map_err(|e| e.to_string())?;
-        ranked
-            .into_iter()
-            .map(|(i, score)| {
-                Ok(Hit {
-                    index: i,
-                    text: index.text(i).map_err(|e| e.to_string())?.to_owned(),
-                    score: f64::from(score),
-                })
-            })
-            .collect()
+        hits(&index, ranked)
     }
 
     fn method(&self) -> String {
@@ -372,6 +404,20 @@ impl MappedIndex {
 
 /// Whether `index` (quantized) takes `rescore` and `shortlist`: the index's
 /// own check, asked with a search for no results (which reads nothing).
+/// Rows and scores as hits, with their sentences.
+fn hits(index: &Index, ranked: Vec<(usize, f32)>) -> Result<Vec<Hit>, String> {
+    ranked
+        .into_iter()
+        .map(|(i, score)| {
+            Ok(Hit {
+                index: i,
+                text: index.text(i).map_err(|e| e.to_string())?.to_owned(),
+                score: f64::from(score),
+            })
+        })
+        .collect()
+}
+
 fn check_params(index: &Index, rescore: usize, shortlist: usize) -> Result<(), String> {
     let probe = vec![0.0f32; index.identity().dimension];
     let params = SearchParams {

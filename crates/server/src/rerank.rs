@@ -326,17 +326,11 @@ async fn run_predict(
             None => Input::Text(a),
         })
         .collect();
-    let outputs = state
-        .infer
-        .run(Task::Predict, "inputs", inputs, truncation)
-        .await?;
-    outputs
-        .into_iter()
-        .map(|output| match output {
-            Output::Logits(row) => Ok(row),
-            _ => Err(TeiError::backend("the queue answered another task")),
-        })
-        .collect()
+    crate::embed_outputs::run_task(state, Task::Predict, inputs, truncation, |o| match o {
+        Output::Logits(row) => Some(row),
+        _ => None,
+    })
+    .await
 }
 
 fn sigmoid(x: f32) -> f32 {

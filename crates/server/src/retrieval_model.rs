@@ -223,3 +223,86 @@ impl EmbedBackend for RetrievalBackend {
         self.serving.outputs.multi
     }
 }
+
+/// A dense backend with a model's sparse head beside it: everything is the
+/// dense backend's but [`EmbedBackend::embed_sparse`], which the sparse
+/// head answers (`/embed_sparse`, and `/search`'s `sparse` and `hybrid`
+/// modes over an index that stores the head's sparse vectors). Both read
+/// the same model directory, so one tokenization serves both.
+pub struct WithSparseHead {
+    dense: std::sync::Arc<dyn EmbedBackend>,
+    sparse: RetrievalBackend,
+}
+
+impl WithSparseHead {
+    /// `dense` with `retriever`'s sparse head (an error if it has none).
+    pub fn new(
+        dense: std::sync::Arc<dyn EmbedBackend>,
+        retriever: Retriever,
+        max_active_dims: Option<usize>,
+    ) -> Result<Self, BackendError> {
+        let serving = RetrievalServing {
+            outputs: Outputs {
+                sparse: true,
+                ..Outputs::default()
+            },
+            max_active_dims,
+            ..RetrievalServing::default()
+        };
+        Ok(Self {
+            dense,
+            sparse: RetrievalBackend::new(retriever, serving)?,
+        })
+    }
+}
+
+impl EmbedBackend for WithSparseHead {
+    fn info(&self) -> BackendInfo {
+        self.dense.info()
+    }
+    fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoding, BackendError> {
+        self.dense.encode(text, pair)
+    }
+    fn prompted(
+        &self,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        self.dense.prompted(texts, prompt_name)
+    }
+    fn vocab_size(&self) -> Option<usize> {
+        self.dense.vocab_size()
+    }
+    fn embed(&self, batch: &[Encoding]) -> Result<Vec<Embedded>, BackendError> {
+        self.dense.embed(batch)
+    }
+    fn embed_all(&self, batch: &[Encoding]) -> Option<Result<Vec<Vec<Vec<f32>>>, BackendError>> {
+        self.dense.embed_all(batch)
+    }
+    fn embed_sparse(
+        &self,
+        batch: &[Encoding],
+    ) -> Option<Result<Vec<SparseEmbedded>, BackendError>> {
+        self.sparse.embed_sparse(batch)
+    }
+    fn tokenize(&self, text: &str) -> Option<Result<crate::backend::Tokenized, BackendError>> {
+        self.dense.tokenize(text)
+    }
+    fn token_spans(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Option<Result<Vec<crate::backend::TokenSpan>, BackendError>> {
+        self.dense.token_spans(text, add_special_tokens)
+    }
+    fn decode(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+    ) -> Option<Result<String, BackendError>> {
+        self.dense.decode(ids, skip_special_tokens)
+    }
+    fn quantizer(&self) -> Option<&bertflow_core::quantize::Quantizer> {
+        self.dense.quantizer()
+    }
+}

@@ -6,10 +6,16 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
+use bertflow_core::indexing::SearchMode;
+use bertflow_core::SparseVector;
+
 use crate::access::Ctx;
 use crate::error::ApiError;
-use crate::index::Hit;
+use crate::index::{Hit, ModeQuery, ScanDepth};
+use crate::infer::Input;
+use crate::queue::{Output, Task};
 use crate::state::{check_count, check_text, embed_texts, ApiJson, AppResult, AppState};
+use crate::truncation::Truncation;
 
 /// Either `query` or `queries`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -30,6 +36,49 @@ pub(crate) struct SearchRequest {
     /// first; default: the server's `--shortlist`.
     #[serde(default)]
     shortlist: Option<usize>,
+    /// `dense` (cosine, the default), `sparse` (dot product of the sparse
+    /// vectors) or `hybrid` (both, fused); sparse and hybrid need an index
+    /// with sparse vectors and a model with a sparse head.
+    #[serde(default)]
+    mode: Option<String>,
+    /// Hybrid: `rrf` (the default) or `weighted`.
+    #[serde(default)]
+    fusion: Option<String>,
+    /// Hybrid, rrf: the rank constant (default 60).
+    #[serde(default)]
+    rrf_k: Option<f64>,
+    /// Hybrid, weighted: the dense cosine's weight in [0, 1] (default 0.5).
+    #[serde(default)]
+    alpha: Option<f32>,
+    /// Hybrid: candidates from each list before fusion (default max(10 x top_k, 100)).
+    #[serde(default)]
+    depth: Option<usize>,
+}
+
+impl SearchRequest {
+    /// The mode and hybrid's fusion asked for, checked by core's ranges.
+    fn mode_query(&self) -> Result<ModeQuery, ApiError> {
+        let setting = |e: bertflow_core::CoreError| match e.setting_parts() {
+            Some((field, message)) => ApiError::invalid(Some(&field.replace('-', "_")), message),
+            None => ApiError::invalid(None, e.to_string()),
+        };
+        let mut query = ModeQuery::default();
+        if let Some(mode) = &self.mode {
+            query.mode = mode.parse().map_err(setting)?;
+        }
+        if let Some(fusion) = &self.fusion {
+            query.fusion.fusion = fusion.parse().map_err(setting)?;
+        }
+        if let Some(k) = self.rrf_k {
+            query.fusion.rrf_k = k;
+        }
+        if let Some(alpha) = self.alpha {
+            query.fusion.alpha = alpha;
+        }
+        query.fusion.depth = self.depth;
+        query.fusion.check().map_err(setting)?;
+        Ok(query)
+    }
 }
 
 /// A list of hits for `query`, a list of lists for `queries`.
@@ -46,6 +95,42 @@ pub(crate) struct SearchResponse {
 }
 
 const DEFAULT_TOP_K: usize = 10;
+
+/// The sparse vectors of (prompted) queries, through the queue; a model
+/// without a sparse head is the request's fault here (422 on `mode`).
+async fn sparse_queries(
+    state: &Arc<AppState>,
+    queries: &[String],
+) -> Result<Vec<SparseVector>, ApiError> {
+    let pieces = queries.iter().cloned().map(Input::Text).collect();
+    let outputs = match state
+        .infer
+        .run(Task::EmbedSparse, "query", pieces, Truncation::ALWAYS)
+        .await
+    {
+        Err(ApiError::NotSupported(why)) => {
+            return Err(ApiError::invalid(
+                Some("mode"),
+                format!(
+                    "sparse and hybrid search need the model's sparse head to encode the \
+                     query, and this server has none ({why}): start it with a model whose \
+                     sparse head built the index's sparse vectors, or use mode dense"
+                ),
+            ))
+        }
+        other => other?,
+    };
+    outputs
+        .into_iter()
+        .map(|output| match output {
+            Output::Sparse(v) => Ok(SparseVector {
+                indices: v.indices,
+                values: v.values,
+            }),
+            _ => Err(ApiError::Internal("the queue answered another task".into())),
+        })
+        .collect()
+}
 
 /// Cosine search over the server's corpus, best first.
 #[utoipa::path(
@@ -78,6 +163,7 @@ pub(crate) async fn search(
             ),
         ));
     }
+    let mode = request.mode_query()?;
     let max_chars = state.config.limits.max_chars_per_input;
     let (queries, single) = match (request.query, request.queries) {
         (Some(query), None) => {
@@ -111,10 +197,22 @@ pub(crate) async fn search(
             .check_shortlist(shortlist)
             .map_err(|m| ApiError::invalid(Some("shortlist"), m))?;
     }
-    let depth = crate::index::ScanDepth {
+    let depth = ScanDepth {
         rescore: request.rescore,
         shortlist: request.shortlist,
     };
+    if let (true, Some(index)) = (mode.mode.needs_sparse(), &state.index) {
+        if !index.has_sparse() {
+            return Err(ApiError::invalid(
+                Some("mode"),
+                format!(
+                    "mode {} needs an index with sparse vectors (bertflow index build \
+                     --with-sparse); this server's index has none: use mode dense",
+                    mode.mode
+                ),
+            ));
+        }
+    }
     ctx.record(&queries, state.config.log_inputs);
     if let Some(index) = &state.index {
         let index = Arc::clone(index);
@@ -124,21 +222,41 @@ pub(crate) async fn search(
             .map_err(ApiError::Unavailable)?;
     }
     let queries = crate::prompt::prompted(&state, queries, None)?;
-    let embedded = embed_texts(&state, queries).await?;
+    let sparse = if mode.mode.needs_sparse() {
+        Some(sparse_queries(&state, &queries).await?)
+    } else {
+        None
+    };
+    let embedded = if mode.mode.needs_dense() {
+        Some(embed_texts(&state, queries).await?)
+    } else {
+        None
+    };
+    let per_query: Vec<ModeQuery> = (0..sparse
+        .as_ref()
+        .map_or_else(|| embedded.as_ref().map_or(0, Vec::len), Vec::len))
+        .map(|i| ModeQuery {
+            dense: embedded.as_ref().map(|e| e[i].vector.clone()),
+            sparse: sparse.as_ref().map(|s| s[i].clone()),
+            ..mode.clone()
+        })
+        .collect();
     let searcher = Arc::clone(&state);
     let mut hits = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<Hit>>, ApiError> {
         match &searcher.index {
             Some(index) => {
                 // Checked again next to the reads (the embedding took a while).
                 index.check().map_err(ApiError::Unavailable)?;
-                embedded
+                per_query
                     .iter()
-                    .map(|e| {
+                    .map(|q| {
                         let timer = searcher.metrics.search.start_timer();
-                        let hits = if depth == crate::index::ScanDepth::default() {
-                            index.search(&e.vector, top_k)
-                        } else {
-                            index.search_rescored(&e.vector, top_k, depth)
+                        let hits = match (&q.dense, q.mode) {
+                            (Some(v), SearchMode::Dense) if depth == ScanDepth::default() => {
+                                index.search(v, top_k)
+                            }
+                            (Some(v), SearchMode::Dense) => index.search_rescored(v, top_k, depth),
+                            _ => index.search_mode(q, top_k, depth),
                         };
                         timer.observe_duration();
                         hits.map_err(|m| ApiError::Internal(format!("search failed: {m}")))

@@ -131,17 +131,12 @@ pub(crate) async fn embed_all(
         request.truncate,
         request.truncation_direction,
     )?;
-    let outputs = state
-        .infer
-        .run(Task::EmbedAll, "inputs", pieces, truncation)
-        .await?;
-    let matrices = outputs
-        .into_iter()
-        .map(|output| match output {
-            Output::States(m) => Ok(m),
-            _ => Err(TeiError::backend("the queue answered another task")),
+    let matrices =
+        crate::embed_outputs::run_task(&state, Task::EmbedAll, pieces, truncation, |o| match o {
+            Output::States(m) => Some(m),
+            _ => None,
         })
-        .collect::<Result<_, _>>()?;
+        .await?;
     Ok(Json(matrices))
 }
 
