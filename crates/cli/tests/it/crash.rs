@@ -1,6 +1,6 @@
 //! Nothing lost on a crash or a full disk, through the binary: `index add`
-//! killed (SIGKILL) at moments spread over its run, or aborted at each named
-//! crash point, leaves an index with the old or the new sentences, every
+//! killed (SIGKILL) at moments spread over its run (one in the default run,
+//! the sweep in the slow group), or aborted at each named crash point, leaves an index with the old or the new sentences, every
 //! checksum verified (`index verify` exits 1 while bytes of the interrupted
 //! append are left); `index verify --repair` removes what an interrupted
 //! append left, and rewrites a damaged trailer of a committed append; `encode` and `index build` on a full disk fail with a clear
@@ -65,24 +65,46 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// The default run: every named crash point (mid-append, footer durable but
+/// not published, published), one kill in the middle of the run, and the torn
+/// append repaired, over an `index add` of 300 sentences in three chunks.
 #[test]
+fn index_add_crashed_at_each_point_or_killed_keeps_old_or_new_ci() {
+    kill_loop(None, 300, &[0.5]);
+}
+
+#[test]
+#[ignore = "slow: 1,200 sentences, five kills; run scripts/slow-tests.sh"]
 fn index_add_killed_or_crashed_at_any_moment_keeps_old_or_new() {
-    kill_loop(None, &[0.1, 0.3, 0.5, 0.7, 0.9]);
+    kill_loop(None, 1200, &[0.1, 0.3, 0.5, 0.7, 0.9]);
 }
 
 /// The same for a quantized index (format version 3: codes before each
-/// segment's vectors), with fewer kills.
+/// segment's vectors): the named crash points and the repair in the default
+/// run, kills in the slow group.
 #[test]
-fn quantized_index_add_killed_or_crashed_keeps_old_or_new() {
-    kill_loop(Some("binary:itq=true"), &[0.2, 0.6]);
+fn quantized_index_add_crashed_at_each_point_keeps_old_or_new_ci() {
+    kill_loop(Some("binary:itq=true"), 300, &[]);
 }
 
-fn kill_loop(quantize: Option<&str>, fractions: &[f64]) {
+#[test]
+#[ignore = "slow: 1,200 sentences, two kills; run scripts/slow-tests.sh"]
+fn quantized_index_add_killed_or_crashed_keeps_old_or_new() {
+    kill_loop(Some("binary:itq=true"), 1200, &[0.2, 0.6]);
+}
+
+/// An index of 200 sentences, then `index add` of `added` more (chunks of
+/// 100): crashed at each named point, killed at each of `fractions` of a
+/// full run's time, torn and repaired; the index always holds the old or the
+/// new sentences.
+fn kill_loop(quantize: Option<&str>, added: usize, fractions: &[f64]) {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let idx = dir.path().join("c.idx");
     let first = corpus(dir.path(), "first.txt", 200, 0);
-    let more = corpus(dir.path(), "more.txt", 1200, 200);
+    let more = corpus(dir.path(), "more.txt", added, 200);
+    let total = 200 + added;
+    let in_all = format!("{total} in all");
     let mut build = vec![
         "index",
         "build",
@@ -117,7 +139,7 @@ fn kill_loop(quantize: Option<&str>, fractions: &[f64]) {
     for (point, want) in [
         ("index:segment-written", 200),
         ("index:footer-synced", 200),
-        ("index:trailer-written", 1400),
+        ("index:trailer-written", total),
     ] {
         std::fs::copy(dir.path().join("c.idx"), dir.path().join("before.idx")).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_bertflow"))
@@ -130,7 +152,7 @@ fn kill_loop(quantize: Option<&str>, fractions: &[f64]) {
         assert!(!out.status.success(), "{point}: did not crash");
         // Clean only once the new trailer is written; before, verify reports
         // the bytes of the interrupted append and exits 1.
-        assert_eq!(verified(&idx, &cache), (want, want == 1400), "{point}");
+        assert_eq!(verified(&idx, &cache), (want, want == total), "{point}");
         std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
     }
 
@@ -138,7 +160,7 @@ fn kill_loop(quantize: Option<&str>, fractions: &[f64]) {
     let started = Instant::now();
     let full = ok(&bertflow(&add, &cache));
     let run = started.elapsed();
-    assert!(full.contains("1400 in all"), "{full}");
+    assert!(full.contains(&in_all), "{full}");
     std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
     for &fraction in fractions {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bertflow"))
@@ -153,10 +175,13 @@ fn kill_loop(quantize: Option<&str>, fractions: &[f64]) {
         child.kill().unwrap();
         let status = child.wait().unwrap();
         let (n, clean) = verified(&idx, &cache);
-        assert!(n == 200 || n == 1400, "killed at {fraction}: {n} sentences");
+        assert!(
+            n == 200 || n == total,
+            "killed at {fraction}: {n} sentences"
+        );
         assert!(clean || n == 200, "killed at {fraction}");
         if status.success() {
-            assert_eq!(n, 1400);
+            assert_eq!(n, total);
         }
         std::fs::copy(dir.path().join("before.idx"), &idx).unwrap();
     }
@@ -189,8 +214,8 @@ fn kill_loop(quantize: Option<&str>, fractions: &[f64]) {
         std::fs::read(&idx).unwrap(),
         std::fs::read(dir.path().join("before.idx")).unwrap()
     );
-    assert!(ok(&bertflow(&add, &cache)).contains("1400 in all"));
-    assert_eq!(verified_count(&idx, &cache), 1400);
+    assert!(ok(&bertflow(&add, &cache)).contains(&in_all));
+    assert_eq!(verified_count(&idx, &cache), total);
 }
 
 /// Files in `dir` other than those named.

@@ -23,6 +23,7 @@ mod prompts;
 mod rerank;
 mod serve;
 mod serve_codes;
+mod serve_hybrid;
 mod serve_index;
 mod serve_load;
 mod serve_prod;

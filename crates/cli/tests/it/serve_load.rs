@@ -107,11 +107,23 @@ fn expected_vectors(clients: usize, per_client: usize) -> usize {
 // ---------------------------------------------------------------------------
 // Tests
 
+/// 16 clients of 8 requests (then 4 calibrated): enough to pack batches.
 #[test]
+fn concurrent_clients_get_the_vectors_of_bertflow_encode_raw_and_calibrated_ci() {
+    concurrent_clients(16, 8, 4);
+}
+
+#[test]
+#[ignore = "slow: 64 clients of 20 requests; run scripts/slow-tests.sh"]
 fn concurrent_clients_get_the_vectors_of_bertflow_encode_raw_and_calibrated() {
+    concurrent_clients(64, 20, 6);
+}
+
+/// `clients` concurrent clients of `per_client` requests against a server
+/// without a calibrator, then of `calibrated_per_client` against one with.
+fn concurrent_clients(clients: usize, per_client: usize, calibrated_per_client: usize) {
     let _serial = serial();
     let reference = reference();
-    let (clients, per_client) = (64, 20);
     let expected = expected_vectors(clients, per_client);
 
     // Raw vectors; this server has no corpus.
@@ -152,7 +164,7 @@ fn concurrent_clients_get_the_vectors_of_bertflow_encode_raw_and_calibrated() {
 
         // Fewer requests per client: the batching was exercised above; this checks
         // that the calibrator is applied to every vector of every batch.
-        let per_client = 6;
+        let per_client = calibrated_per_client;
         let (vectors, worst) = hammer(&server.base, &reference.calibrated, clients, per_client).await;
         assert_eq!(vectors, expected_vectors(clients, per_client), "vectors lost");
         eprintln!("calibrated: {vectors} vectors, largest difference from bertflow encode --calibrator {worst:e}");

@@ -11,9 +11,16 @@ use common::{bertflow, fails, model, ok, read_npy, repo};
 use std::path::Path;
 
 /// 600 distinct STS-B test sentences in a text file (more than the 384
-/// dimensions, so that a full whitening is well conditioned).
+/// dimensions, so that a full whitening is well conditioned): what the
+/// calibrators are fitted on.
 fn sentences(dir: &Path) -> String {
     common::sts_test_sentences(dir, 600)
+}
+
+/// The first 60 of them: what the default run encodes to compare two paths
+/// (the slow group compares on all 600).
+fn few_sentences(dir: &Path) -> String {
+    common::sts_test_sentences(dir, 60)
 }
 
 fn encode(dir: &Path, name: &str, args: &[&str], input: &str) -> ndarray::Array2<f32> {
@@ -46,7 +53,7 @@ fn assert_close(got: &ndarray::Array2<f32>, want: &ndarray::Array2<f32>, what: &
 #[test]
 fn minilm_st_is_its_normalised_mean_pooling() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = sentences(tmp.path());
+    let input = few_sentences(tmp.path());
     let st = encode(tmp.path(), "st", &["--pooling", "st"], &input);
     let mut mean = encode(tmp.path(), "mean", &["--pooling", "last-avg"], &input);
     for mut row in mean.rows_mut() {
@@ -101,11 +108,26 @@ fn export(
     (cal, out)
 }
 
+/// Fitted on 600 sentences, compared on 60.
 #[test]
+fn exported_directories_read_back_with_pooling_st_ci() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    exported_directories_read_back(dir, &sentences(dir), &few_sentences(dir));
+}
+
+#[test]
+#[ignore = "slow: four exports compared on 600 sentences; run scripts/slow-tests.sh"]
 fn exported_directories_read_back_with_pooling_st() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let input = sentences(dir);
+    exported_directories_read_back(dir, &input, &input);
+}
+
+/// Each calibrator fitted on `fit`, exported, and `check` encoded through the
+/// exported directory (`--pooling st`) and through the calibrator.
+fn exported_directories_read_back(dir: &Path, fit: &str, check: &str) {
     for (name, pooling, kind, extra, module) in [
         ("white", "last-avg", "whiten", &[][..], "2_Dense"),
         (
@@ -130,19 +152,19 @@ fn exported_directories_read_back_with_pooling_st() {
             "2_Bertflow",
         ),
     ] {
-        let (cal, out) = export(dir, name, pooling, kind, &input, extra);
+        let (cal, out) = export(dir, name, pooling, kind, fit, extra);
         assert!(Path::new(&out).join(module).is_dir(), "{name}: no {module}");
         let got = encode(
             dir,
             &format!("{name}-st"),
             &["--model", &out, "--pooling", "st"],
-            &input,
+            check,
         );
         let mut want = encode(
             dir,
             &format!("{name}-cal"),
             &["--pooling", pooling, "--calibrator", &cal],
-            &input,
+            check,
         );
         if extra.contains(&"--normalize") {
             for mut row in want.rows_mut() {

@@ -5,7 +5,7 @@
 //! 1e-5); `/embed_sparse` answers the head's vectors; a server over a dense
 //! index refuses `mode` sparse with a 422 naming the field, as it refuses a
 //! fusion parameter out of range.
-mod common;
+use crate::common;
 use common::{bertflow, ok};
 use serde_json::{json, Value};
 use std::path::Path;
