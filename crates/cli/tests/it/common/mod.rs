@@ -106,6 +106,7 @@ pub fn sts_test_sentences(dir: &Path, n: usize) -> String {
 /// panics with its stderr when it fails. `dir` is the cache and holds the log.
 pub fn peak_mb(args: &[&str], dir: &Path) -> f64 {
     let log = dir.join("stderr.txt");
+    #[allow(clippy::zombie_processes)] // reaped by the wait4 below
     let child = Command::new(env!("CARGO_BIN_EXE_bertflow"))
         .env("BERTFLOW_TUNE", "0")
         .args(args)
