@@ -85,6 +85,7 @@ def main():
     answers = {"200": [], "413": [], "429": [], "5xx": [], "other": [], "lost": []}
     health = []
     rss = []
+    lost_reasons = {}
 
     def record(kind, seconds):
         with lock:
@@ -106,8 +107,11 @@ def main():
                 took = time.monotonic() - start
                 s = r.status
                 record(str(s) if s in (200, 413, 429) else ("5xx" if s >= 500 else "other"), took)
-            except OSError:
+            except OSError as e:
                 record("lost", time.monotonic() - start)
+                with lock:
+                    why = f"{type(e).__name__} after {time.monotonic() - start:.1f} s"
+                    lost_reasons[why] = lost_reasons.get(why, 0) + 1
 
     def half_headers():
         socks = []
@@ -170,6 +174,7 @@ def main():
         "p99_answer_s": percentile(answered, 99),
         "max_health_s": max(health) if health else None,
         "peak_rss_mb": max(rss) if rss else None,
+        "lost": lost_reasons,
     }
     failures = []
     if answers["lost"] or answers["5xx"] or answers["other"]:
