@@ -1,6 +1,6 @@
 """A newcomer's second hour (issue 48, item 5), the Python side: an error that
 names the fit to run, one data-lookup rule with ``bertflow eval``, and honest
-docstrings. The CLI's traps are held in ``crates/cli/tests/traps.rs``."""
+docstrings. The CLI's traps are held in ``crates/cli/tests/it/traps.rs``."""
 
 import os
 import subprocess
