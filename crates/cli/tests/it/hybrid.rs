@@ -123,7 +123,7 @@ fn search(index: &str, queries: &[String], extra: &[&str], dir: &Path) -> Vec<Ve
         .collect()
 }
 
-fn assert_same(got: &[(usize, f32)], want: &[(usize, f32)], what: &str) {
+pub(crate) fn assert_same(got: &[(usize, f32)], want: &[(usize, f32)], what: &str) {
     assert_eq!(
         got.iter().map(|h| h.0).collect::<Vec<_>>(),
         want.iter().map(|h| h.0).collect::<Vec<_>>(),

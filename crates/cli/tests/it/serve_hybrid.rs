@@ -2,9 +2,10 @@
 //! tiny SPLADE checkpoint's, `index build --with-sparse`): `POST /search`
 //! with `mode` sparse and hybrid answers what `bertflow index search --mode`
 //! answers for the same queries (same rows in the same order, scores within
-//! 1e-5); `/embed_sparse` answers the head's vectors; a server over a dense
+//! 1e-6); `/embed_sparse` answers the head's vectors; a server over a dense
 //! index refuses `mode` sparse with a 422 naming the field, as it refuses a
 //! fusion parameter out of range.
+use super::hybrid::assert_same;
 use crate::common;
 use common::{bertflow, ok};
 use serde_json::{json, Value};
@@ -33,7 +34,7 @@ fn corpus() -> Vec<String> {
 }
 
 /// `index search` hits of each query: (row, score).
-fn cli_hits(index: &str, queries: &[&str], extra: &[&str], dir: &Path) -> Vec<Vec<(u64, f64)>> {
+fn cli_hits(index: &str, queries: &[&str], extra: &[&str], dir: &Path) -> Vec<Vec<(usize, f32)>> {
     let m = model();
     let mut args = vec!["index", "search", "-m", &m, "--index", index];
     for q in queries {
@@ -46,35 +47,17 @@ fn cli_hits(index: &str, queries: &[&str], extra: &[&str], dir: &Path) -> Vec<Ve
         .collect()
 }
 
-fn hits(list: &Value) -> Vec<(u64, f64)> {
+fn hits(list: &Value) -> Vec<(usize, f32)> {
     list.as_array()
         .unwrap()
         .iter()
-        .map(|h| (h["index"].as_u64().unwrap(), h["score"].as_f64().unwrap()))
+        .map(|h| {
+            (
+                h["index"].as_u64().unwrap() as usize,
+                h["score"].as_f64().unwrap() as f32,
+            )
+        })
         .collect()
-}
-
-fn post(server: &common::serve::Server, path: &str, body: Value) -> (u16, Value) {
-    common::serve::runtime().block_on(async {
-        let r = common::serve::client()
-            .post(server.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    })
-}
-
-fn assert_same(got: &[(u64, f64)], want: &[(u64, f64)], what: &str) {
-    let rows = |h: &[(u64, f64)]| h.iter().map(|x| x.0).collect::<Vec<_>>();
-    assert_eq!(rows(got), rows(want), "{what}: {got:?} vs {want:?}");
-    for (g, w) in got.iter().zip(want) {
-        assert!(
-            (g.1 - w.1).abs() <= 1e-5 * w.1.abs().max(1.0),
-            "{what}: {g:?} vs {w:?}"
-        );
-    }
 }
 
 #[test]
@@ -151,9 +134,9 @@ fn search_modes_over_http_equal_index_search() {
         let want = cli_hits(s_idx, &queries, flags, dir);
         let mut request = body.clone();
         request["queries"] = json!(queries);
-        let (status, answer) = post(&server, "/search", request);
+        let (status, answer) = common::serve::post_json(&server, "/search", request);
         assert_eq!(status, 200, "{body}: {answer}");
-        let got: Vec<Vec<(u64, f64)>> = answer["results"]
+        let got: Vec<Vec<(usize, f32)>> = answer["results"]
             .as_array()
             .unwrap()
             .iter()
@@ -166,7 +149,7 @@ fn search_modes_over_http_equal_index_search() {
         }
     }
     // One query: one list; dense stays the default.
-    let (status, answer) = post(
+    let (status, answer) = common::serve::post_json(
         &server,
         "/search",
         json!({"query": "music", "mode": "sparse"}),
@@ -177,7 +160,7 @@ fn search_modes_over_http_equal_index_search() {
         &cli_hits(s_idx, &["music"], &["--mode", "sparse"], dir)[0],
         "one query",
     );
-    let (status, answer) = post(&server, "/search", json!({"query": "music"}));
+    let (status, answer) = common::serve::post_json(&server, "/search", json!({"query": "music"}));
     assert_eq!(status, 200, "{answer}");
     assert_same(
         &hits(&answer["results"]),
@@ -185,7 +168,8 @@ fn search_modes_over_http_equal_index_search() {
         "dense",
     );
     // The sparse head answers /embed_sparse too.
-    let (status, answer) = post(&server, "/embed_sparse", json!({"inputs": "music"}));
+    let (status, answer) =
+        common::serve::post_json(&server, "/embed_sparse", json!({"inputs": "music"}));
     assert_eq!(status, 200, "{answer}");
     assert!(!answer[0].as_array().unwrap().is_empty(), "{answer}");
     // Out of range, or unknown: 422 naming the field.
@@ -205,7 +189,7 @@ fn search_modes_over_http_equal_index_search() {
         ),
         (json!({"query": "x", "mode": "hybrid", "depth": 0}), "depth"),
     ] {
-        let (status, answer) = post(&server, "/search", body.clone());
+        let (status, answer) = common::serve::post_json(&server, "/search", body.clone());
         assert_eq!(status, 422, "{body}: {answer}");
         assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
     }
@@ -222,7 +206,7 @@ fn search_modes_over_http_equal_index_search() {
         "--port",
         "0",
     ]);
-    let (status, answer) = post(
+    let (status, answer) = common::serve::post_json(
         &server,
         "/search",
         json!({"query": "music", "mode": "sparse"}),
@@ -234,7 +218,7 @@ fn search_modes_over_http_equal_index_search() {
         message.contains("--with-sparse") && message.contains("mode dense"),
         "{message}"
     );
-    let (status, answer) = post(
+    let (status, answer) = common::serve::post_json(
         &server,
         "/search",
         json!({"query": "music", "mode": "dense"}),

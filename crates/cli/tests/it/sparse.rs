@@ -326,19 +326,6 @@ fn calibrators_refuse_the_splade_pooling() {
     );
 }
 
-/// POST `body` to the server; the status and the JSON answer.
-fn post(server: &common::serve::Server, path: &str, body: Value) -> (u16, Value) {
-    common::serve::runtime().block_on(async {
-        let r = common::serve::client()
-            .post(server.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    })
-}
-
 fn served(model: &str, extra: &[&str]) -> common::serve::Server {
     let mut args = vec!["--model", model, "--host", "127.0.0.1", "--port", "0"];
     args.extend(extra);
@@ -364,7 +351,7 @@ fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
     );
     // /embed_sparse in TEI's shape: [{index, value}] per input, ids ascending
     // (the reference cut the long case at the model's 38 tokens: truncate).
-    let (status, body) = post(
+    let (status, body) = common::serve::post_json(
         &server,
         "/embed_sparse",
         serde_json::json!({"inputs": texts, "truncate": true}),
@@ -388,7 +375,7 @@ fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
         assert!(close(&got, &sparse(&c["sparse"])), "{}", c["text"]);
     }
     // /embed_multi: the reference's per-token vectors; a query padded to its length.
-    let (status, body) = post(
+    let (status, body) = common::serve::post_json(
         &server,
         "/embed_multi",
         serde_json::json!({"inputs": texts, "truncate": true}),
@@ -398,7 +385,7 @@ fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
         let d = matrix(got) - matrix(&c["colbert"]);
         assert!(d.iter().all(|x| x.abs() < 1e-5), "{}", c["text"]);
     }
-    let (status, body) = post(
+    let (status, body) = common::serve::post_json(
         &server,
         "/embed_multi",
         serde_json::json!({"inputs": q["text"], "is_query": true}),
@@ -407,12 +394,13 @@ fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
     let d = matrix(&body[0]) - matrix(&q["colbert"]);
     assert!(d.iter().all(|x| x.abs() < 1e-5), "{body}");
     // /embed: BGE-M3's dense output (unit length already).
-    let (status, body) = post(&server, "/embed", serde_json::json!({"inputs": texts[0]}));
+    let (status, body) =
+        common::serve::post_json(&server, "/embed", serde_json::json!({"inputs": texts[0]}));
     assert_eq!(status, 200, "{body}");
     let d = matrix(&body) - matrix(&Value::Array(vec![cases[0]["dense"].clone()]));
     assert!(d.iter().all(|x| x.abs() < 1e-5), "{body}");
     // /rerank by MaxSim of the padded query against each text, best first.
-    let (status, body) = post(
+    let (status, body) = common::serve::post_json(
         &server,
         "/rerank",
         serde_json::json!({"query": q["text"], "texts": texts, "truncate": true}),
@@ -439,7 +427,7 @@ fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
     let g = golden("bert-splade");
     let server = served(&fixture("bert-splade"), &["--pooling", "splade"]);
     let case = &g["cases"][0];
-    let (status, body) = post(
+    let (status, body) = common::serve::post_json(
         &server,
         "/embed_sparse",
         serde_json::json!({"inputs": case["text"]}),
@@ -460,7 +448,8 @@ fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
             .collect(),
     };
     assert!(close(&got, &sparse(&case["sparse"])), "{body}");
-    let (status, body) = post(&server, "/embed", serde_json::json!({"inputs": "a"}));
+    let (status, body) =
+        common::serve::post_json(&server, "/embed", serde_json::json!({"inputs": "a"}));
     assert_eq!(status, 424, "{body}");
     assert!(
         body["error"].as_str().unwrap().contains("--outputs"),
@@ -470,7 +459,8 @@ fn serve_answers_embed_sparse_embed_multi_and_late_interaction_rerank() {
 
     // A dense model served as usual has no sparse head: TEI's 424.
     let server = served(&fixture("bert"), &[]);
-    let (status, body) = post(&server, "/embed_sparse", serde_json::json!({"inputs": "a"}));
+    let (status, body) =
+        common::serve::post_json(&server, "/embed_sparse", serde_json::json!({"inputs": "a"}));
     assert_eq!(status, 424, "{body}");
     assert_eq!(body["error_type"], "Backend", "{body}");
     server.stop();

@@ -119,6 +119,20 @@ pub fn client() -> reqwest::Client {
         .expect("HTTP client")
 }
 
+/// POST `body` to `server` (on a runtime of its own); the status and the JSON
+/// answer (null when the body is not JSON).
+pub fn post_json(server: &Server, path: &str, body: Value) -> (u16, Value) {
+    runtime().block_on(async {
+        let r = client()
+            .post(server.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    })
+}
+
 /// Reference vectors from `bertflow encode`, raw and calibrated, computed once.
 pub struct Reference {
     dir: tempfile::TempDir,
