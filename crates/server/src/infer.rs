@@ -9,7 +9,10 @@
 //! Room is held before tokenizing too: a request whose inputs cannot fit
 //! among those queued and being tokenized is refused before any work, and
 //! once the queue holds any tokens, one that would pass `max_queue_tokens`
-//! even at one token per text is refused as well.
+//! even at its fewest possible tokens ([`min_text_tokens`] a text, its
+//! length for token ids) is refused as well: under a flood of long texts the
+//! refused requests are not tokenized first (their tokenizing took the
+//! workers' cores).
 
 use std::sync::Arc;
 
@@ -32,6 +35,15 @@ pub(crate) enum Input {
     Ids(Vec<u32>),
     /// A late-interaction query ([`EmbedBackend::encode_query`]).
     Query(String),
+}
+
+/// The fewest tokens `text` can have, before tokenizing: half its
+/// whitespace-separated words, at least 1. Every tokenizer served here
+/// gives each word at least one token (WordPiece, byte-level BPE and
+/// SentencePiece split on whitespace first); halved so that it stays a
+/// lower bound for a vocabulary with pieces that span two words.
+pub(crate) fn min_text_tokens(text: &str) -> usize {
+    text.split_whitespace().count().div_ceil(2).max(1)
 }
 
 /// The queue, its workers and the tokenization workers.
@@ -79,9 +91,13 @@ impl Infer {
         }
         let min_tokens = inputs
             .iter()
-            .map(|input| match input {
-                Input::Ids(ids) => ids.len().min(self.max_len),
-                _ => 1,
+            .map(|input| {
+                match input {
+                    Input::Ids(ids) => ids.len(),
+                    Input::Text(t) | Input::Query(t) => min_text_tokens(t),
+                    Input::Pair(a, b) => min_text_tokens(a) + min_text_tokens(b),
+                }
+                .min(self.max_len)
             })
             .sum();
         let reservation = self.queue.reserve(inputs.len(), min_tokens)?;
@@ -232,4 +248,19 @@ fn check_cut(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::min_text_tokens;
+
+    #[test]
+    fn min_text_tokens_is_half_the_words_at_least_one() {
+        assert_eq!(min_text_tokens(""), 1);
+        assert_eq!(min_text_tokens("   "), 1);
+        assert_eq!(min_text_tokens("one"), 1);
+        assert_eq!(min_text_tokens("one two"), 1);
+        assert_eq!(min_text_tokens("one two three"), 2);
+        assert_eq!(min_text_tokens(" a\tb\nc  d "), 2);
+    }
 }
