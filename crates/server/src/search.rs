@@ -222,6 +222,7 @@ pub(crate) async fn search(
             .map_err(ApiError::Unavailable)?;
     }
     let queries = crate::prompt::prompted(&state, queries, None)?;
+    let n = queries.len();
     let sparse = if mode.mode.needs_sparse() {
         Some(sparse_queries(&state, &queries).await?)
     } else {
@@ -232,12 +233,13 @@ pub(crate) async fn search(
     } else {
         None
     };
-    let per_query: Vec<ModeQuery> = (0..sparse
-        .as_ref()
-        .map_or_else(|| embedded.as_ref().map_or(0, Vec::len), Vec::len))
-        .map(|i| ModeQuery {
-            dense: embedded.as_ref().map(|e| e[i].vector.clone()),
-            sparse: sparse.as_ref().map(|s| s[i].clone()),
+    // Each query's vectors, moved (not copied) into its ModeQuery.
+    let mut dense = embedded.into_iter().flatten().map(|e| e.vector);
+    let mut sparse = sparse.into_iter().flatten();
+    let per_query: Vec<ModeQuery> = (0..n)
+        .map(|_| ModeQuery {
+            dense: dense.next(),
+            sparse: sparse.next(),
             ..mode.clone()
         })
         .collect();
