@@ -157,6 +157,17 @@ def encode(df, text_col="text", *, model, pooling=None, output_col="embedding",
     Returns:
         A DataFrame with ``output_col`` appended (lazy, like every transformation).
     """
+    cfg, schema = _encode_plan(df, text_col, model=model, pooling=pooling,
+                               output_col=output_col, batch_size=batch_size, max_len=max_len,
+                               empty=empty, threads=threads, check_model=check_model,
+                               calibrator=calibrator, allow_mismatch=allow_mismatch)
+    return df.mapInArrow(_in_worker("encode_batches", cfg), schema)
+
+
+def _encode_plan(df, text_col, *, model, pooling, output_col, batch_size, max_len, empty,
+                 threads, check_model, calibrator, allow_mismatch):
+    """:func:`encode`'s checks; returns the worker's configuration and the
+    output schema."""
     T = _types()
     _check_column(df, text_col, (T.StringType,), "a string column")
     if output_col in df.columns:
@@ -188,12 +199,11 @@ def encode(df, text_col="text", *, model, pooling=None, output_col="embedding",
         "fail_once": os.environ.get(FAIL_ONCE_ENV),
         "log_stats": os.environ.get(STATS_ENV) or None,
     }
-    schema = _with_field(df.schema, output_col, _vector_type())
-    return df.mapInArrow(_in_worker("encode_batches", cfg), schema)
+    return cfg, _with_field(df.schema, output_col, _vector_type())
 
 
-def _in_worker(name, *args):
-    """The ``mapInArrow`` function that runs ``bertflow.spark._worker.NAME(batches,
+def _in_worker(name, *args, module="_worker"):
+    """The ``mapInArrow`` function that runs ``bertflow.spark.<module>.NAME(batches,
     *args)`` in a Python worker. A closure, so that it travels by value and
     imports bertflow only when the worker calls it, after setting
     ``BERTFLOW_SKLEARN=0``: scikit-learn, which ``import bertflow`` otherwise
@@ -201,12 +211,12 @@ def _in_worker(name, *args):
     worker process and no worker uses it."""
 
     def run(batches):
+        import importlib
         import os
 
         os.environ.setdefault("BERTFLOW_SKLEARN", "0")
-        from bertflow.spark import _worker
-
-        return getattr(_worker, name)(batches, *args)
+        mod = importlib.import_module("bertflow.spark." + module)
+        return getattr(mod, name)(batches, *args)
 
     return run
 
@@ -354,6 +364,13 @@ def transform(df, col="embedding", calibrator=None, output_col=None):
     writes its codes: a ``binary`` column of each row's code bytes (int8
     codes as their two's-complement bytes; ``numpy.frombuffer`` reads them).
     """
+    cfg, schema = _transform_plan(df, col, calibrator, output_col)
+    return df.mapInArrow(_in_worker("transform_batches", cfg), schema)
+
+
+def _transform_plan(df, col, calibrator, output_col):
+    """:func:`transform`'s checks; returns the worker's configuration and the
+    output schema."""
     import bertflow
 
     T = _types()
@@ -376,8 +393,7 @@ def transform(df, col="embedding", calibrator=None, output_col=None):
         "fail_once": os.environ.get(FAIL_ONCE_ENV),
     }
     dtype = _types().BinaryType() if codes else _vector_type()
-    schema = _with_field(df.schema, cfg["output_col"], dtype)
-    return df.mapInArrow(_in_worker("transform_batches", cfg), schema)
+    return cfg, _with_field(df.schema, cfg["output_col"], dtype)
 
 
 def local_session(master="local[2]", app_name="bertflow", conf=None, connect=False):

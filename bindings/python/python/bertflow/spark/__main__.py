@@ -16,7 +16,7 @@ import sys
 import time
 
 from bertflow import _bertflow
-from bertflow.spark import DEFAULT_SAMPLE_SIZE, _worker, calibrate_help
+from bertflow.spark import DEFAULT_SAMPLE_SIZE, _direct, _worker, calibrate_help
 
 
 def parse_args(argv=None):
@@ -35,6 +35,12 @@ def parse_args(argv=None):
                    "(default: id)")
     p.add_argument("--output", required=True, help="the Parquet folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--writer", choices=_direct.WRITERS, default="auto",
+                   help="who writes the Parquet: spark (Spark's writer: the vectors go back "
+                   "through the JVM), direct (each task writes its part file with pyarrow; the "
+                   "executors must write where the driver commits) or auto (default: direct "
+                   "for a local master and a local output path, else spark); same folder "
+                   "layout, columns and types either way")
     p.add_argument("--model", default=None,
                    help="model directory readable on every executor, or a hub id in their "
                    "local Hugging Face cache (default: bertflow's, see bertflow.defaults(): "
@@ -195,7 +201,7 @@ def main(argv=None):
 
     if a.model is None:
         a.model = bertflow.defaults()["model"]
-    from bertflow.spark import encode, fit, ship_model, transform
+    from bertflow.spark import _encode_plan, _transform_plan, encode, fit, ship_model, transform
 
     # Bad arguments fail before the JVM starts.
     if a.calibrator:
@@ -207,6 +213,9 @@ def main(argv=None):
     for path in (a.output, a.index):
         if path and not a.overwrite and os.path.exists(path):
             raise SystemExit(f"bertflow.spark: {path} exists (pass --overwrite to replace it)")
+    if a.writer == "direct" and _direct.local_path(a.output) is None:
+        raise SystemExit(f"bertflow.spark: --writer direct needs a local or mounted output "
+                         f"path, not {a.output}")
     if a.index:
         _index_checks(a, calibrator)
     t0 = time.perf_counter()
@@ -232,37 +241,46 @@ def main(argv=None):
     parts = plan_partitions(a.partitions, local_cores(spark), have)
     if parts:
         df = df.repartition(parts)
+    try:
+        master = spark.conf.get("spark.master", "")
+    except Exception:  # noqa: BLE001 - a Connect server may not say
+        master = ""
+    direct = _direct.choose(a.writer, master, a.output)
     # A calibrator file runs inside the encoder's pipeline on the executors,
     # checked there against the model, pooling and weighting (core's rules).
-    emb = encode(df, a.text_col, model=model, pooling=a.pooling, max_len=a.max_len,
-                 batch_size=a.batch_size, empty=a.empty, check_model=not a.ship_model,
-                 calibrator=calibrator if a.calibrator else None,
-                 allow_mismatch=a.allow_mismatch)
+    enc_args = dict(model=model, pooling=a.pooling, output_col="embedding",
+                    max_len=a.max_len, batch_size=a.batch_size, empty=a.empty,
+                    threads=None, check_model=not a.ship_model,
+                    calibrator=calibrator if a.calibrator else None,
+                    allow_mismatch=a.allow_mismatch)
     kind = calibrator._kind
     fitted = None
-    if a.calibrator:
-        pass
-    elif kind != "none":
+    if a.calibrator or kind == "none":
+        if direct:
+            _direct.write(df, "encode_batches", *_encode_plan(df, a.text_col, **enc_args),
+                          a.output, overwrite=a.overwrite)
+        else:
+            _spark_write(encode(df, a.text_col, **enc_args), a)
+    else:
         from pyspark import StorageLevel
 
-        emb = emb.persist(StorageLevel.MEMORY_AND_DISK)
+        emb = encode(df, a.text_col, **enc_args).persist(StorageLevel.MEMORY_AND_DISK)
         local_model = model if not a.ship_model else a.model
         fitted = fit(emb, "embedding", calibrator, sample_size=a.sample_size,
                      source=driver_source(local_model, a.pooling, a.max_len))
         print(f"bertflow.spark: fitted {fitted.describe()} on {fitted.meta_['fit_corpus_size']} "
               "rows" + (f" sampled from {fitted.meta_['sampled_from']}"
                         if fitted.meta_.get("sampled_from") else ""), file=sys.stderr)
-    if a.save_calibrator:
-        fitted.save(a.save_calibrator)
-    out = transform(emb, "embedding", fitted) if fitted is not None and not a.calibrator else emb
-    # Plain encoding: Parquet's dictionary encoding of the embeddings (every
-    # float distinct) is built and then dropped in every part file; without it
-    # the write takes a third less time.
-    (out.write.mode("overwrite" if a.overwrite else "error")
-     .option("parquet.enable.dictionary", "false").parquet(a.output))
-    t_job = time.perf_counter() - t0 - t_session - t_ids
-    if kind != "none" and not a.calibrator:
+        if a.save_calibrator:
+            fitted.save(a.save_calibrator)
+        if direct:
+            _direct.write(emb, "transform_batches",
+                          *_transform_plan(emb, "embedding", fitted, None),
+                          a.output, overwrite=a.overwrite)
+        else:
+            _spark_write(transform(emb, "embedding", fitted), a)
         emb.unpersist()
+    t_job = time.perf_counter() - t0 - t_session - t_ids
     import resource
 
     t = time.perf_counter()
@@ -281,6 +299,15 @@ def main(argv=None):
 
         _jvm.finish(spark)  # the first local run keeps its JVM's class archive
     return 0
+
+
+def _spark_write(out, a):
+    """Spark's own writer (``--writer spark``). Plain encoding: Parquet's
+    dictionary encoding of the embeddings (every float distinct) is built and
+    then dropped in every part file; without it the write takes a third less
+    time."""
+    (out.write.mode("overwrite" if a.overwrite else "error")
+     .option("parquet.enable.dictionary", "false").parquet(a.output))
 
 
 def output_rows(spark, path):
