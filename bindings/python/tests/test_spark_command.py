@@ -22,7 +22,7 @@ def test_command_on_parquet_equals_the_cli(stsb_test, stsb_cli, run_cli, cli_cac
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": stsb_test["sentences"]}), src)
     out, saved = tmp_path / "out.parquet", tmp_path / "spark-whiten.safetensors"
-    env = dict(os.environ)
+    env = dict(os.environ, BERTFLOW_SPARK_STATS=str(tmp_path / "tasks.log"))
     for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):
         env.pop(k, None)  # the command sets them itself
     p = subprocess.run(
@@ -32,6 +32,9 @@ def test_command_on_parquet_equals_the_cli(stsb_test, stsb_cli, run_cli, cli_cac
         cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"wrote {len(stsb_test['sentences'])} rows" in p.stderr
+    # One input file on local[2]: one encode task with 2 encoder threads (no shuffle).
+    tasks = (tmp_path / "tasks.log").read_text().splitlines()
+    assert len(tasks) == 1 and " threads 2 " in tasks[0], tasks
     got = pq.read_table(out)
     assert sorted(got.column_names) == ["embedding", "id", "text"]
     order = np.argsort(got.column("id").to_numpy())
@@ -98,3 +101,23 @@ def test_help_and_bad_spec():
         command.main(["--input", "x.txt", "--output", "/nonexistent/o", "--calibrate", "whitening"])
     with pytest.raises(SystemExit, match="--save-calibrator needs --calibrate"):
         command.main(["--input", "x.txt", "--output", "/nonexistent/o", "--save-calibrator", "c"])
+
+
+def test_local_parquet_schema_is_read_from_a_footer(tmp_path):
+    from pyspark.sql import types as T
+
+    pq.write_table(pa.table({"id": pa.array([1], pa.int64()), "text": ["a"],
+                             "v": pa.array([[1.0]], pa.list_(pa.float32()))}), tmp_path / "a.parquet")
+    want = T.StructType([T.StructField("id", T.LongType()), T.StructField("text", T.StringType()),
+                         T.StructField("v", T.ArrayType(T.FloatType()))])
+    assert command.local_parquet_schema(str(tmp_path / "a.parquet")) == want
+    (tmp_path / "out").mkdir()
+    pq.write_table(pq.read_table(tmp_path / "a.parquet"), tmp_path / "out" / "part-0.parquet")
+    (tmp_path / "out" / "_SUCCESS").write_bytes(b"")
+    assert command.local_parquet_schema(str(tmp_path / "out")) == want
+    assert command.local_parquet_schema("file:" + str(tmp_path / "out")) == want
+    # Spark decides: another file system, partition folders, a missing path.
+    assert command.local_parquet_schema("hdfs://nn/x.parquet") is None
+    (tmp_path / "out" / "year=2024").mkdir()
+    assert command.local_parquet_schema(str(tmp_path / "out")) is None
+    assert command.local_parquet_schema(str(tmp_path / "missing.parquet")) is None

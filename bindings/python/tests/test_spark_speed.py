@@ -71,12 +71,13 @@ def test_ids_of_a_one_partition_input_need_no_job(spark, tmp_path):
 
 
 @pytest.mark.parametrize("requested, cores, have, want", [
-    (None, 1, 1, None),   # local[1], one input partition: no shuffle
-    (None, 2, 1, 2),      # local[2]: split it for the second core
-    (None, 2, 5, None),   # enough partitions already
-    (None, 2, None, 2),   # cannot tell (Spark Connect): split
-    (None, None, 1, None),  # a cluster: the input's partitions
-    (7, 2, 40, 7),        # --partitions always wins
+    (None, 1, 1, (None, None)),  # local[1], one input partition: no shuffle
+    (None, 2, 1, (None, 2)),   # local[2], one partition: one task, 2 encoder threads
+    (None, 4, 3, (4, None)),   # fewer partitions than cores: split, 1 thread per task
+    (None, 2, 5, (None, None)),  # enough partitions already
+    (None, 2, None, (2, None)),  # cannot tell (Spark Connect): split
+    (None, None, 1, (None, None)),  # a cluster: the input's partitions
+    (7, 2, 40, (7, None)),     # --partitions always wins
 ])
 def test_plan_partitions(requested, cores, have, want):
     assert command.plan_partitions(requested, cores, have) == want

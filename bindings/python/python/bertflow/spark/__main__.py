@@ -74,8 +74,9 @@ def parse_args(argv=None):
                    "local[*]); under spark-submit its --master applies")
     p.add_argument("--partitions", type=int, default=None,
                    help="repartition the input into N partitions before encoding (default: "
-                   "in local mode one per core when the input has fewer, else the input's "
-                   "partitions)")
+                   "in local mode a one-partition input is one task with an encoder thread "
+                   "per core, an input with fewer partitions than cores is split into one per "
+                   "core; else the input's partitions)")
     p.add_argument("--index", metavar="FILE",
                    help="then build a search index (bertflow index build --vectors) from the "
                    "output, on the driver: --output must be a path the driver reads, and the "
@@ -118,10 +119,39 @@ def read_input(spark, path, fmt, text_col):
         else:
             fmt = "text"
     if fmt == "parquet":
+        schema = local_parquet_schema(path)
+        if schema is not None:
+            return spark.read.schema(schema).parquet(path)
         return spark.read.parquet(path)
     if fmt == "jsonl":
         return spark.read.json(path)
     return spark.read.text(path).withColumnRenamed("value", text_col)
+
+
+def local_parquet_schema(path):
+    """The Spark schema of a local Parquet file or folder, from one file's
+    footer read here (pyarrow), or None (another file system, no part file,
+    a type Spark's Arrow conversion does not take): Spark's own discovery runs
+    a job to read footers, which in a fresh JVM costs a second or more."""
+    from bertflow.spark._direct import local_path
+
+    local = local_path(path)
+    if local is None:
+        return None
+    try:
+        import pyarrow.parquet as pq
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        if os.path.isdir(local):
+            parts = sorted(f for f in os.listdir(local)
+                           if f.endswith(".parquet") and not f.startswith(("_", ".")))
+            if not parts or len(parts) != sum(
+                    not f.startswith(("_", ".")) for f in os.listdir(local)):
+                return None  # partition folders (key=value) or other files: Spark decides
+            local = os.path.join(local, parts[0])
+        return from_arrow_schema(pq.read_schema(local))
+    except Exception:  # noqa: BLE001 - Spark's discovery gives the error, if any
+        return None
 
 
 def add_ids(df, id_col, partitions=None):
@@ -158,16 +188,23 @@ def input_partitions(df):
 
 
 def plan_partitions(requested, cores, have):
-    """How many partitions to repartition the input into before encoding, or
-    None to keep the input's (no shuffle): ``--partitions`` when given; in
-    local mode one per core, unless the input already has at least that many
-    (each task runs in a Python worker that keeps its model, so more tasks
-    than cores only add scheduling); elsewhere the input's."""
+    """How to spread the input over the cores: ``(partitions, threads)``, the
+    partitions to repartition into before encoding (None: keep the input's, no
+    shuffle) and the encoder threads per task (None: ``spark.task.cpus``).
+    ``--partitions`` wins; in local mode, a one-partition input (one file) is
+    one task whose encoder runs a thread per core, as ``bertflow encode
+    --threads N`` does (no shuffle, one worker, one model load); an input with
+    fewer partitions than cores is split into one per core; an input with at
+    least that many is kept (each task runs in a Python worker that keeps its
+    model, so more tasks than cores only add scheduling); elsewhere the
+    input's."""
     if requested:
-        return requested
+        return requested, None
     if not cores or (have is not None and have >= cores):
-        return None
-    return cores
+        return None, None
+    if have == 1:
+        return None, cores
+    return cores, None
 
 
 def local_cores(spark):
@@ -238,7 +275,7 @@ def main(argv=None):
     if a.id_col not in df.columns:
         df = add_ids(df, a.id_col, have)
     t_ids = time.perf_counter() - t
-    parts = plan_partitions(a.partitions, local_cores(spark), have)
+    parts, threads = plan_partitions(a.partitions, local_cores(spark), have)
     if parts:
         df = df.repartition(parts)
     try:
@@ -250,7 +287,7 @@ def main(argv=None):
     # checked there against the model, pooling and weighting (core's rules).
     enc_args = dict(model=model, pooling=a.pooling, output_col="embedding",
                     max_len=a.max_len, batch_size=a.batch_size, empty=a.empty,
-                    threads=None, check_model=not a.ship_model,
+                    threads=threads, check_model=not a.ship_model,
                     calibrator=calibrator if a.calibrator else None,
                     allow_mismatch=a.allow_mismatch)
     kind = calibrator._kind
