@@ -7,8 +7,8 @@ Usage (after scripts/setup.sh; a quiet machine: check `uptime`):
     .venv/bin/python scripts/bench_spark.py [--limit N] [--rounds R] [--pooling last-avg]
 
 The corpus is every distinct sentence of the seven STS tasks (26,126; the
-set `bertflow compare` encodes), `--copies K` times over (the fixed cost of a
-job, a few seconds, weighs less on a longer corpus; neither side caches), as a text file for the CLI and as Parquet
+set `bertflow compare` encodes; distinct, because `bertflow encode` encodes a
+repeated sentence once even without its cache), as a text file for the CLI and as Parquet
 (text only: the job adds the ids) for Spark. One untimed Spark run on 200 of
 them first writes the local JVM's class archive (bertflow.spark._jvm; every
 later local session starts from it, as a user's second run does). Then each
@@ -88,7 +88,7 @@ def run(cmd, env=None):
     return wall, text, {pid: (name, kb / 1024) for pid, (name, kb) in peaks.items()}
 
 
-def corpus(folder, limit, copies=1):
+def corpus(folder, limit):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -100,7 +100,7 @@ def corpus(folder, limit, copies=1):
             if s not in seen and s.strip() and "\n" not in s:
                 seen.add(s)
                 out.append(s)
-    out = (out[:limit] if limit else out) * copies
+    out = out[:limit] if limit else out
     (folder / "corpus.txt").write_text("".join(s + "\n" for s in out), encoding="utf-8")
     pq.write_table(pa.table({"text": out}), folder / "corpus.parquet")
     pq.write_table(pa.table({"text": out[:200]}), folder / "warm.parquet")
@@ -136,13 +136,11 @@ def main():
     ap.add_argument("--limit", type=int, default=None, help="use the first N sentences")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of the four runs")
     ap.add_argument("--pooling", default="last-avg")
-    ap.add_argument("--copies", type=int, default=1,
-                    help="the corpus K times over (default 1: every distinct sentence once)")
     a = ap.parse_args()
     exe = os.environ.get("BERTFLOW_BIN") or str(ROOT / "target" / "release" / "bertflow")
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         folder = Path(tmp)
-        n = corpus(folder, a.limit, a.copies)
+        n = corpus(folder, a.limit)
         load_before = os.getloadavg()[0]
         print(f"{n} sentences; load before: {load_before:.2f}", file=sys.stderr)
         # 200 sentences: the first local session writes the JVM's class archive.
@@ -164,10 +162,10 @@ def main():
                       f"{wall / res[master]['wall']:.2f}", file=sys.stderr)
             rounds.append(res)
         load_after = os.getloadavg()[0]
-    report(n, rounds, warm, (load_before, load_after), a.copies)
+    report(n, rounds, warm, (load_before, load_after))
 
 
-def report(n, rounds, warm, loads, copies=1):
+def report(n, rounds, warm, loads):
     ratios = {m: [r[c]["wall"] / r[m]["wall"] for r in rounds]
               for m, c in (("local[1]", "cli1"), ("local[2]", "cli2"))}
     # The median round of local[1] (ties: the first) gives the detailed numbers.
@@ -176,9 +174,7 @@ def report(n, rounds, warm, loads, copies=1):
     print(f"Machine: {cpu()}; load average {loads[0]:.2f} before the run, {loads[1]:.2f} "
           "after.\n")
     pooling = res["local[2]"]["cmd"].split("--pooling ")[1].split()[0]
-    what = (f"{n:,} distinct STS sentences" if copies == 1 else
-            f"{n:,} sentences ({n // copies:,} distinct STS sentences, {copies} times over)")
-    print(f"{what}, `{pooling}`, batch 32, no embedding cache; wall "
+    print(f"{n:,} distinct STS sentences, `{pooling}`, batch 32, no embedding cache; wall "
           f"time from process start to exit; {len(rounds)} rounds of the four runs back to "
           f"back, the table from round {mid + 1} (the median local[1] ratio).\n")
     print("| run | wall s | sentences/s | ratio | ratio in every round |")
