@@ -5,6 +5,7 @@
 //! `longest_first` truncation included), logits within 1e-5; and the errors
 //! of inputs too long without truncation, of an embedding model loaded as a
 //! cross-encoder and of a head that does not match its config.
+use crate::common::tiny::{dir, golden};
 use bertflow_encoder::head::{
     classification_class, is_classifier_config, Truncation, SUPPORTED_HEADS,
 };
@@ -21,15 +22,6 @@ const FAMILIES: [&str; 8] = [
     "modernbert",
     "deberta",
 ];
-
-fn dir(name: &str) -> String {
-    format!("{}/tests/fixtures/tiny-{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn golden(name: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{}/golden.json", dir(name))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 fn u32s(v: &Value) -> Vec<u32> {
     v.as_array()

@@ -7,20 +7,12 @@
 //! checkpoint's dense, sparse and ColBERT outputs from one pass within 1e-5 of
 //! a NumPy reference of the published formulas; per-token vectors without a
 //! projection; ColBERT's query padding; the errors.
+use crate::common::tiny::{dir, golden};
 use bertflow_encoder::head::{Outputs, RetrievalOptions};
 use bertflow_encoder::{EncodeOptions, Precision, RetrievalEncoder, SparseVector};
 use serde_json::Value;
 
 const SPLADE: [&str; 4] = ["bert", "distilbert", "roberta", "xlm-roberta"];
-
-fn dir(name: &str) -> String {
-    format!("{}/tests/fixtures/tiny-{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn golden(name: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{}/golden.json", dir(name))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 fn texts(g: &Value) -> Vec<String> {
     g["cases"]

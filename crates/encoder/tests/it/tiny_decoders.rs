@@ -11,6 +11,7 @@
 //! Dense + Normalize, Qwen3-Embedding's last-token Pooling + Normalize) against
 //! `SentenceTransformer(dir).encode`.
 use crate::common;
+use crate::common::tiny::{dir, floats, golden};
 use bertflow_encoder::engine::Workspace;
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
 use common::cosine;
@@ -26,23 +27,6 @@ const POOLINGS: [(&str, &str); 6] = [
     ("emb-avg", "emb-avg"),
     ("cls", "cls"),
 ];
-
-fn dir(name: &str) -> String {
-    format!("{}/tests/fixtures/tiny-{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn golden(name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(format!("{}/golden.json", dir(name))).unwrap())
-        .unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
 
 fn ids(case: &Value) -> Vec<u32> {
     floats(&case["ids"]).iter().map(|&x| x as u32).collect()

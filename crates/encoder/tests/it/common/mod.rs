@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 use std::path::PathBuf;
 
+pub mod tiny;
+
 /// The default model, installed by scripts/setup.sh (or $BERTFLOW_TEST_MODEL).
 pub fn model_dir() -> PathBuf {
     let p = std::env::var("BERTFLOW_TEST_MODEL")
