@@ -133,9 +133,7 @@ def local_parquet_schema(path):
     footer read here (pyarrow), or None (another file system, no part file,
     a type Spark's Arrow conversion does not take): Spark's own discovery runs
     a job to read footers, which in a fresh JVM costs a second or more."""
-    from bertflow.spark._direct import local_path
-
-    local = local_path(path)
+    local = _direct.local_path(path)
     if local is None:
         return None
     try:
@@ -250,9 +248,10 @@ def main(argv=None):
     for path in (a.output, a.index):
         if path and not a.overwrite and os.path.exists(path):
             raise SystemExit(f"bertflow.spark: {path} exists (pass --overwrite to replace it)")
-    if a.writer == "direct" and _direct.local_path(a.output) is None:
-        raise SystemExit(f"bertflow.spark: --writer direct needs a local or mounted output "
-                         f"path, not {a.output}")
+    try:
+        _direct.choose(a.writer, a.master or "local", a.output)  # a bad --writer fails here
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     if a.index:
         _index_checks(a, calibrator)
     t0 = time.perf_counter()
@@ -278,11 +277,7 @@ def main(argv=None):
     parts, threads = plan_partitions(a.partitions, local_cores(spark), have)
     if parts:
         df = df.repartition(parts)
-    try:
-        master = spark.conf.get("spark.master", "")
-    except Exception:  # noqa: BLE001 - a Connect server may not say
-        master = ""
-    direct = _direct.choose(a.writer, master, a.output)
+    direct = _direct.choose(a.writer, spark.conf.get("spark.master", ""), a.output)
     # A calibrator file runs inside the encoder's pipeline on the executors,
     # checked there against the model, pooling and weighting (core's rules).
     enc_args = dict(model=model, pooling=a.pooling, output_col="embedding",
@@ -364,7 +359,7 @@ def _index_checks(a, calibrator):
     if a.calibrator and calibrator.quantizer_ is not None:
         raise SystemExit("bertflow.spark: --index needs vectors; the calibrator ends in a "
                          "quantizer (codes): index with --quantize instead")
-    if "://" in a.output and not a.output.startswith("file:"):
+    if _direct.local_path(a.output) is None:
         raise SystemExit(f"bertflow.spark: --index reads the output on the driver; "
                          f"{a.output} is not a local path")
     if a.quantize:
@@ -383,7 +378,7 @@ def build_index(a, model, calibrator):
 
     import bertflow
 
-    path = a.output[len("file:"):] if a.output.startswith("file:") else a.output
+    path = _direct.local_path(a.output)
     with tempfile.TemporaryDirectory(prefix="bertflow-index-") as tmp:
         cal_file = a.calibrator or a.save_calibrator
         if calibrator is not None and cal_file is None:

@@ -25,10 +25,6 @@ import uuid
 
 from . import _worker
 
-#: Arrow batch rows of one Parquet row group (Spark's default row group is
-#: 128 MB; 8,192 vectors of 384 floats are about 12 MB).
-ROW_GROUP_ROWS = 65_536
-
 WRITERS = ("auto", "spark", "direct")
 
 
@@ -81,7 +77,7 @@ def write_batches(batches, inner, cfg, wcfg):
             if writer is None:
                 f = open(tmp, "wb")
                 writer = _parquet_writer(pq, f, batch.schema, wcfg["vector_cols"])
-            writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+            writer.write_batch(batch)  # one row group per Arrow batch
             rows += batch.num_rows
         if writer is None and part == 0:
             schema = pa.ipc.read_schema(pa.py_buffer(wcfg["schema"]))
