@@ -115,6 +115,21 @@ def test_a_spark_parquet_without_the_column_names_the_columns_it_has(spark, run_
     assert not (tmp_path / "i.bfi").exists()
 
 
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_commands_schema_read_takes_what_spark_writes(spark, vectors, tmp_path, shape):
+    """The command reads a local Parquet input's schema from one footer (no
+    discovery job): on Spark's own folders (part files, `_SUCCESS`, `.crc`
+    files) it gives the columns and types Spark's discovery gives."""
+    from bertflow.spark import __main__ as command
+
+    X, texts = vectors
+    out = _write(spark, tmp_path / "out.parquet", X, texts, **SHAPES[shape])
+    assert any(n.endswith(".crc") for n in os.listdir(out))  # Spark's checksum files
+    got = command.local_parquet_schema(str(out))
+    want = spark.read.parquet(str(out)).schema
+    assert [(f.name, f.dataType) for f in got] == [(f.name, f.dataType) for f in want]
+
+
 def _command(*args):
     env = dict(os.environ)
     for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):

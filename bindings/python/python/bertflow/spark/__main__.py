@@ -147,9 +147,24 @@ def local_parquet_schema(path):
                     not f.startswith(("_", ".")) for f in os.listdir(local)):
                 return None  # partition folders (key=value) or other files: Spark decides
             local = os.path.join(local, parts[0])
-        return from_arrow_schema(pq.read_schema(local))
+        return _nullable(from_arrow_schema(pq.read_schema(local)))
     except Exception:  # noqa: BLE001 - Spark's discovery gives the error, if any
         return None
+
+
+def _nullable(dtype):
+    """``dtype`` with every field, array element and map value nullable, as
+    Spark's Parquet discovery reads them (required columns included)."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType):
+        return T.StructType([T.StructField(f.name, _nullable(f.dataType), True, f.metadata)
+                             for f in dtype.fields])
+    if isinstance(dtype, T.ArrayType):
+        return T.ArrayType(_nullable(dtype.elementType), True)
+    if isinstance(dtype, T.MapType):
+        return T.MapType(dtype.keyType, _nullable(dtype.valueType), True)
+    return dtype
 
 
 def add_ids(df, id_col, partitions=None):
