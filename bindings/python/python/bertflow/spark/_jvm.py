@@ -3,7 +3,7 @@ also the only executor, started once per command.
 
 Measured on a 2-core machine (docs/spark.md): most of a local session's
 start and of its first job is class loading and JIT compilation, not Spark's
-work. Three standard HotSpot options remove most of it:
+work. Standard HotSpot options remove most of it:
 
 - an application class-data-sharing archive (AppCDS, JDK 13+): the classes
   the JVM loaded in an earlier run are mapped from one file instead of being
@@ -16,13 +16,24 @@ work. Three standard HotSpot options remove most of it:
 - ``-XX:TieredStopAtLevel=1``: the client compiler only, whose code is ready
   sooner (the heavy work of a bertflow job runs in the Python workers);
 - ``-XX:+UseSerialGC``: no parallel collector threads competing with the
-  encoder for the cores.
+  encoder for the cores;
+- ``-Xlog:cds*=off``: the JVM's notes on the archive (hundreds of lines on
+  stdout when it writes one: classes of signed jars and old class files are
+  left out of it) are not printed. An archive the JVM cannot use is ignored
+  silently, as none.
 
-Never applied when ``spark.driver.extraJavaOptions`` is given (in ``conf``
-or by spark-submit), on a cluster, or with ``BERTFLOW_SPARK_JVM_CACHE=0``.
-The archives live in ``$BERTFLOW_SPARK_JVM_CACHE`` (a folder), else
+No archive is written or used when a directory on Spark's class path holds
+files (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``; ``$HADOOP_CONF_DIR``,
+``$YARN_CONF_DIR``, ``$SPARK_DIST_CLASSPATH``): the JVM refuses to archive
+with one ("Cannot have non-empty directory in paths"), so such a session
+starts with the other options only.
+
+None of this applies when ``spark.driver.extraJavaOptions`` is given (in
+``conf`` or by spark-submit) or on a cluster; ``BERTFLOW_SPARK_JVM_CACHE=0``
+leaves out the archive only. The archives live in
+``$BERTFLOW_SPARK_JVM_CACHE`` (a folder), else
 ``$XDG_CACHE_HOME/bertflow/spark-jvm``, else ``~/.cache/bertflow/spark-jvm``;
-about 150 MB each.
+about 150-180 MB each.
 """
 
 import hashlib
@@ -32,7 +43,7 @@ import struct
 import time
 
 #: Options of every local session (besides the archive).
-FAST_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+FAST_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds*=off"
 
 #: First bytes of a complete dynamic CDS archive (HotSpot's
 #: CDS_DYNAMIC_ARCHIVE_MAGIC, little-endian): written last, with the header.
@@ -63,15 +74,45 @@ def _java():
     return os.path.realpath(found) if found else None
 
 
-def _key():
-    """Changes with the JVM, PySpark's jars and the options."""
+def spark_home():
+    """The Spark installation ``spark-submit`` runs from (``$SPARK_HOME``,
+    else PySpark's own folder, as PySpark finds it)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return _find_spark_home()
+
+
+def class_path_dirs(home=None):
+    """The folders the Spark launcher puts on the driver's class path besides
+    the jars (the configuration folders and ``$SPARK_DIST_CLASSPATH``)."""
+    home = home or spark_home()
+    dirs = [os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")]
+    dirs += [os.environ[v] for v in ("HADOOP_CONF_DIR", "YARN_CONF_DIR") if os.environ.get(v)]
+    dirs += [p for p in os.environ.get("SPARK_DIST_CLASSPATH", "").split(os.pathsep) if p]
+    return dirs
+
+
+def _archivable(dirs):
+    """False when one of ``dirs`` is a folder that holds anything (the JVM
+    cannot archive or map classes with such a class path)."""
+    for d in dirs:
+        try:
+            if os.path.isdir(d) and os.listdir(d):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _key(home, dirs):
+    """Changes with the JVM, Spark's jars, the class path and the options."""
     import pyspark
 
     java = _java()
     if java is None:
         return None
-    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
-    parts = [java, str(os.stat(java).st_mtime_ns), pyspark.__version__, jars, FAST_START]
+    jars = os.path.join(home, "jars")
+    parts = [java, str(os.stat(java).st_mtime_ns), pyspark.__version__, jars, FAST_START, *dirs]
     try:
         parts.append(str(os.stat(jars).st_mtime_ns))
     except OSError:
@@ -126,7 +167,11 @@ def _adopt(folder, name, finished=None):
 def driver_options():
     """``spark.driver.extraJavaOptions`` for a local session."""
     folder = cache_dir()
-    key = _key() if folder else None
+    if folder is None:
+        return FAST_START
+    home = spark_home()
+    dirs = class_path_dirs(home)
+    key = _key(home, dirs) if _archivable(dirs) else None
     if key is None:
         return FAST_START
     try:
