@@ -32,9 +32,11 @@ def test_command_on_parquet_equals_the_cli(stsb_test, stsb_cli, run_cli, cli_cac
         cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"wrote {len(stsb_test['sentences'])} rows" in p.stderr
-    # One input file on local[2]: one encode task with 2 encoder threads (no shuffle).
+    # One input file on local[2]: one encode task with 2 encoder threads (no shuffle),
+    # in the Python worker that the warm-up job started and loaded the model into
+    # while Spark SQL started (bertflow.spark.warm_worker): no load in the task.
     tasks = (tmp_path / "tasks.log").read_text().splitlines()
-    assert len(tasks) == 1 and " threads 2 " in tasks[0], tasks
+    assert len(tasks) == 1 and " threads 2 loads 0 " in tasks[0], tasks
     got = pq.read_table(out)
     assert sorted(got.column_names) == ["embedding", "id", "text"]
     order = np.argsort(got.column("id").to_numpy())

@@ -81,3 +81,38 @@ def test_ids_of_a_one_partition_input_need_no_job(spark, tmp_path):
 ])
 def test_plan_partitions(requested, cores, have, want):
     assert command.plan_partitions(requested, cores, have) == want
+
+
+def test_one_small_file_is_one_partition_whatever_the_split_settings(tmp_path):
+    """The command's guess of a one-partition input (the warm-up's thread
+    count): one local file, or a folder of one data file, of 4 MiB or less."""
+    small = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"text": ["x", "y"]}), small)
+    assert command.one_small_file(str(small)) and command.one_small_file(f"file://{small}")
+    spark_out = tmp_path / "spark-out"
+    spark_out.mkdir()
+    pq.write_table(pa.table({"text": ["x"]}), spark_out / "part-00000-a.snappy.parquet")
+    for extra in ("_SUCCESS", ".part-00000-a.snappy.parquet.crc"):
+        (spark_out / extra).write_bytes(b"")
+    assert command.one_small_file(str(spark_out))
+    pq.write_table(pa.table({"text": ["z"]}), spark_out / "part-00001-a.snappy.parquet")
+    assert not command.one_small_file(str(spark_out))  # two files
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate((4 << 20) + 1)
+    assert not command.one_small_file(str(big))
+    assert not command.one_small_file(str(tmp_path / "missing.txt"))
+    assert not command.one_small_file("hdfs://namenode/data/a.parquet")
+
+
+def test_the_warm_up_task_reads_its_input_and_leaves_failures_to_the_job():
+    """A Python worker that leaves its input unread is not reused (the next
+    task would start a new one), and a model that fails to load is the
+    encode job's error to report, not the warm-up's."""
+    from bertflow.spark import _worker
+
+    rows = iter(range(5))
+    key = ("/no/such/model", None, None, 1, None, False)
+    assert list(_worker.warm(rows, key)) == []
+    assert next(rows, "done") == "done"
+    assert not any(k[0] == "/no/such/model" for k in _worker._ENCODERS)

@@ -41,6 +41,8 @@ FAIL_ONCE_ENV = "BERTFLOW_SPARK_FAIL_ONCE"
 #: those lines there (``_worker.log_task``).
 STATS_ENV = "BERTFLOW_SPARK_STATS"
 
+_SIMPLE_TB = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+
 
 def _types():
     from pyspark.sql import types as T
@@ -222,7 +224,32 @@ def _in_worker(name, *args, module="_worker"):
 
 
 def _stats_schema():
-    return "count long, dim int, stats binary"
+    T = _types()  # a StructType, not DDL: parsing DDL is a JVM call
+    return T.StructType([T.StructField("count", T.LongType()),
+                         T.StructField("dim", T.IntegerType()),
+                         T.StructField("stats", T.BinaryType())])
+
+
+def warm_worker(sc, model, *, pooling=None, max_len=None, threads=1, calibrator=None,
+                allow_mismatch=False):
+    """Starts a one-task job, in a thread, whose Python worker loads the
+    encoder that :func:`encode` with these arguments would load (``model`` as
+    the tasks see it, ``threads`` per task, ``calibrator`` a file's bytes),
+    then goes back to the pool. Returns the thread: join it before the job
+    whose first task should find that worker, and the model in it, ready.
+
+    For a local session started with :func:`local_session`'s ``on_context``:
+    the executor is this machine, Spark SQL's start keeps one core busy, and
+    the worker's start (the daemon, its imports) and the model load run on
+    another meanwhile. A failure to load is left to the job, which reports
+    it; other arguments only cost a second load there."""
+    import threading
+
+    key = (model, pooling, max_len, threads, calibrator, bool(allow_mismatch))
+    job = sc.parallelize([0], 1).mapPartitions(_in_worker("warm", key))
+    thread = threading.Thread(target=job.collect, name="bertflow-warm-worker", daemon=True)
+    thread.start()
+    return thread
 
 
 def moment_stats(df, col="embedding", *, merge_partitions=None):
@@ -396,7 +423,8 @@ def _transform_plan(df, col, calibrator, output_col):
     return cfg, _with_field(df.schema, cfg["output_col"], dtype)
 
 
-def local_session(master="local[2]", app_name="bertflow", conf=None, connect=False):
+def local_session(master="local[2]", app_name="bertflow", conf=None, connect=False,
+                  on_context=None):
     """A local SparkSession set up for bertflow: workers run this interpreter
     (``PYSPARK_PYTHON``), Spark binds to 127.0.0.1 (``SPARK_LOCAL_IP``), the
     UI is off and shuffles use few partitions. Environment variables already
@@ -412,11 +440,23 @@ def local_session(master="local[2]", app_name="bertflow", conf=None, connect=Fal
     written by the first one, the client compiler and the serial collector
     (``bertflow.spark._jvm``; several times faster to start and to run its
     first job on 2 cores), unless ``conf`` sets
-    ``spark.driver.extraJavaOptions`` or ``BERTFLOW_SPARK_JVM_CACHE=0``."""
+    ``spark.driver.extraJavaOptions`` or ``BERTFLOW_SPARK_JVM_CACHE=0``.
+
+    ``on_context``, for a classic session that starts here, is called with
+    the SparkContext as soon as it runs, before Spark SQL starts (most of a
+    second on a small machine): time to start a job in a thread, such as
+    :func:`warm_worker`. RDD and SQL jobs share Python workers in such a
+    session (``SPARK_SIMPLIFIED_TRACEBACK`` is in every worker's environment,
+    as SQL's runners set it, unless ``conf`` turns simplified tracebacks
+    off)."""
     import sys
+
+    from ._jvm import spark_home
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # spark-submit finds it without starting Python (find-spark-home).
+    os.environ.setdefault("SPARK_HOME", spark_home())
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -428,12 +468,22 @@ def local_session(master="local[2]", app_name="bertflow", conf=None, connect=Fal
     if not connect:
         settings["spark.ui.enabled"] = "false"
     settings.update(conf or {})
+    fresh = SparkSession.getActiveSession() is None
     if (not connect and master.startswith("local") and "spark.driver.extraJavaOptions" not in
-            settings and SparkSession.getActiveSession() is None):
+            settings and fresh):
         from ._jvm import driver_options
 
         # The driver JVM is the only executor: start it fast (see _jvm).
         settings["spark.driver.extraJavaOptions"] = driver_options()
+    if not connect and str(settings.get(_SIMPLE_TB, "true")).lower() == "true":
+        # SQL's Python runners add it to the worker's environment, RDD's do not;
+        # a different environment is a different daemon and pool of workers.
+        settings.setdefault("spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK", "1")
+    if on_context is not None and not connect and fresh:
+        from pyspark import SparkConf, SparkContext
+
+        sc_conf = SparkConf().setMaster(master).setAppName(app_name)
+        on_context(SparkContext.getOrCreate(sc_conf.setAll(list(settings.items()))))
     for k, v in settings.items():
         b = b.config(k, v)
     return b.getOrCreate()

@@ -91,9 +91,10 @@ def parse_args(argv=None):
     return a
 
 
-def session(master):
+def session(master, on_context=None):
     """The running session, the one spark-submit (or SPARK_REMOTE, for Spark
-    Connect) configures, or else a local one (``master``, default local[*])."""
+    Connect) configures, or else a local one (``master``, default local[*];
+    ``on_context`` as for :func:`bertflow.spark.local_session`)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -106,7 +107,7 @@ def session(master):
         return SparkSession.builder.appName("bertflow").getOrCreate()
     from bertflow.spark import local_session
 
-    return local_session(master or "local[*]")
+    return local_session(master or "local[*]", on_context=on_context)
 
 
 def read_input(spark, path, fmt, text_col):
@@ -220,15 +221,59 @@ def plan_partitions(requested, cores, have):
     return cores, None
 
 
-def local_cores(spark):
+def local_cores(master):
     """Task slots of a local master (local[N], local[N,F], local[*]), else None."""
-    master = spark.conf.get("spark.master", "")
     if not master.startswith("local"):
         return None
     inner = master[len("local"):].strip("[]").split(",")[0]
     if inner in ("", "*"):
         return os.cpu_count() or 1
     return int(inner) if inner.isdigit() else None
+
+
+def one_small_file(path):
+    """True when ``path`` is one local file, or a folder of one data file,
+    small enough to be one partition whatever Spark's split settings
+    (Spark's default ``openCostInBytes``, 4 MiB, or less)."""
+    local = _direct.local_path(path)
+    if local is None:
+        return False
+    try:
+        if os.path.isdir(local):
+            data = [f for f in os.listdir(local) if not f.startswith(("_", "."))]
+            if len(data) != 1:
+                return False
+            local = os.path.join(local, data[0])
+        return os.path.isfile(local) and os.path.getsize(local) <= 4 << 20
+    except OSError:
+        return False
+
+
+def warm_up(a, calibrator, started):
+    """``on_context`` for the command's own local session: starts
+    :func:`bertflow.spark.warm_worker` with the encoder the encode job will
+    ask for (its threads per task guessed from the input: see
+    :func:`plan_partitions`) and appends the thread to ``started``."""
+    if a.ship_model:
+        return None  # the model reaches the executors only after the session starts
+    from bertflow.spark import _resolve_model, warm_worker
+
+    def start(sc):
+        cores = local_cores(sc.master)
+        if cores is None:
+            return  # a cluster's executors are elsewhere
+        _, threads = plan_partitions(a.partitions, cores, 1 if one_small_file(a.input) else None)
+        try:
+            model = _resolve_model(os.fspath(a.model))
+        except (FileNotFoundError, ValueError):
+            return  # the job reports it
+        started.append(warm_worker(
+            sc, model, pooling=a.pooling, max_len=a.max_len,
+            threads=threads or int(sc.getConf().get("spark.task.cpus", "1")),
+            calibrator=calibrator.to_bytes() if a.calibrator else None,
+            allow_mismatch=a.allow_mismatch))
+
+    return start
 
 
 def driver_source(model, pooling, max_len):
@@ -274,7 +319,8 @@ def main(argv=None):
 
     own_session = SparkSession.getActiveSession() is None and not (
         "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_REMOTE" in os.environ)
-    spark = session(a.master)
+    warming = []
+    spark = session(a.master, warm_up(a, calibrator, warming))
     t_session = time.perf_counter() - t0
     model = a.model
     if a.ship_model:
@@ -289,7 +335,8 @@ def main(argv=None):
     if a.id_col not in df.columns:
         df = add_ids(df, a.id_col, have)
     t_ids = time.perf_counter() - t
-    parts, threads = plan_partitions(a.partitions, local_cores(spark), have)
+    parts, threads = plan_partitions(a.partitions, local_cores(spark.conf.get("spark.master", "")),
+                                     have)
     if parts:
         df = df.repartition(parts)
     direct = _direct.choose(a.writer, spark.conf.get("spark.master", ""), a.output)
@@ -302,6 +349,8 @@ def main(argv=None):
                     allow_mismatch=a.allow_mismatch)
     kind = calibrator._kind
     fitted = None
+    for thread in warming:
+        thread.join()  # its worker, with the model loaded, takes the first task
     if a.calibrator or kind == "none":
         if direct:
             _direct.write(df, "encode_batches", *_encode_plan(df, a.text_col, **enc_args),

@@ -113,6 +113,15 @@ def _fsync_dir(path):
         os.close(fd)
 
 
+def _written_schema():
+    from pyspark.sql import types as T  # a StructType, not DDL: parsing DDL is a JVM call
+
+    return T.StructType([T.StructField("part", T.IntegerType()),
+                         T.StructField("file", T.StringType()),
+                         T.StructField("name", T.StringType()),
+                         T.StructField("rows", T.LongType())])
+
+
 def write(df, inner, cfg, spark_schema, output, *, overwrite=False, vector_cols=("embedding",)):
     """Runs ``_worker.<inner>`` over ``df`` in ``mapInArrow`` tasks that write
     ``output`` themselves (see the module's docstring); returns the rows
@@ -135,7 +144,7 @@ def write(df, inner, cfg, spark_schema, output, *, overwrite=False, vector_cols=
             "schema": to_arrow_schema(spark_schema).serialize().to_pybytes()}
     try:
         written = df.mapInArrow(_in_worker("write_batches", inner, cfg, wcfg, module="_direct"),
-                                "part int, file string, name string, rows long").collect()
+                                _written_schema()).collect()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -76,6 +76,21 @@ def encoder(model, pooling, max_len, threads, calibrator_bytes=None, allow_misma
     return enc
 
 
+def warm(rows, key):
+    """Body of :func:`bertflow.spark.warm_worker`'s task: loads the encoder
+    for ``key`` (:func:`encoder`'s arguments) into this worker's cache and
+    reads the task's input to its end (a worker that leaves input unread is
+    not reused). Yields nothing; a failure to load is the real job's to
+    report."""
+    try:
+        encoder(*key)
+    except Exception:  # noqa: BLE001 - the job that needs the model reports it
+        pass
+    for _ in rows:
+        pass
+    return iter(())
+
+
 def calibrator(data):
     """The worker's calibrator for these file bytes (parsed on first use)."""
     key = hashlib.sha256(data).hexdigest()
