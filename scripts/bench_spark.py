@@ -4,12 +4,14 @@ single-process CLI (`bertflow encode`) on the same sentences, in one run.
 
 Usage (after scripts/setup.sh; a quiet machine: check `uptime`):
 
-    .venv/bin/python scripts/bench_spark.py [--limit N] [--rounds R] [--pooling last-avg]
+    .venv/bin/python scripts/bench_spark.py [--limit N] [--scored-only] [--rounds R]
+        [--pooling last-avg]
 
-The corpus is every distinct sentence of the seven STS tasks (26,126; the
-set `bertflow compare` encodes; distinct, because `bertflow encode` encodes a
-repeated sentence once even without its cache), as a text file for the CLI and as Parquet
-(text only: the job adds the ids) for Spark. One untimed Spark run on 200 of
+The corpus is every distinct sentence of the STS data folder (47,423: scored
+and unscored pairs, every split; `--scored-only`: the 26,126 of the scored
+test pairs that `bertflow compare` encodes), distinct because `bertflow
+encode` encodes a repeated sentence once even without its cache, as a text
+file for the CLI and as Parquet (text only: the job adds the ids) for Spark. One untimed Spark run on 200 of
 them first writes the local JVM's class archive (bertflow.spark._jvm; every
 later local session starts from it, as a user's second run does). Then each
 round runs, back to back, the CLI at 1 thread, Spark at local[1], the CLI at 2
@@ -88,18 +90,40 @@ def run(cmd, env=None):
     return wall, text, {pid: (name, kb / 1024) for pid, (name, kb) in peaks.items()}
 
 
-def corpus(folder, limit):
+def data_sentences(data):
+    """Every sentence of the STS data folder's files, scored or not, in
+    every split (README.md there: STS12-16 inputs' first two tab-separated
+    columns, STS Benchmark's sixth and seventh, SICK's second and third
+    after its header). bertflow's loader keeps only scored pairs, and the
+    test splits for `bertflow eval`; a throughput corpus wants them all."""
+    data = Path(data)
+    for f in sorted(data.glob("STS1[2-6]/STS.input.*.txt")):
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            yield from line.split("\t")[:2]
+    for f in sorted(data.glob("STSBenchmark/*.csv")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            yield from line.split("\t")[5:7]
+    for f in sorted(data.glob("SICK/SICK_*.txt")):
+        for line in f.read_text(encoding="utf-8").splitlines()[1:]:
+            yield from line.split("\t")[1:3]
+
+
+def corpus(folder, limit, scored_only=False):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     import bertflow
 
+    if scored_only:
+        found = (s for t in bertflow.sts.tasks() for s in t.sentences())
+    else:
+        found = data_sentences(os.environ.get("BERTFLOW_DATA") or bertflow.defaults()["data"])
     seen, out = set(), []
-    for t in bertflow.sts.tasks():
-        for s in t.sentences():
-            if s not in seen and s.strip() and "\n" not in s:
-                seen.add(s)
-                out.append(s)
+    for s in found:
+        s = s.strip()
+        if s and "\n" not in s and s not in seen:
+            seen.add(s)
+            out.append(s)
     out = out[:limit] if limit else out
     (folder / "corpus.txt").write_text("".join(s + "\n" for s in out), encoding="utf-8")
     pq.write_table(pa.table({"text": out}), folder / "corpus.parquet")
@@ -134,13 +158,16 @@ def spark_run(folder, master, pooling, corpus="corpus.parquet"):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=None, help="use the first N sentences")
+    ap.add_argument("--scored-only", action="store_true",
+                    help="only the sentences of scored test pairs (26,126; the set `bertflow "
+                    "compare` encodes) instead of every sentence of the data folder (47,423)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of the four runs")
     ap.add_argument("--pooling", default="last-avg")
     a = ap.parse_args()
     exe = os.environ.get("BERTFLOW_BIN") or str(ROOT / "target" / "release" / "bertflow")
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         folder = Path(tmp)
-        n = corpus(folder, a.limit)
+        n = corpus(folder, a.limit, a.scored_only)
         load_before = os.getloadavg()[0]
         print(f"{n} sentences; load before: {load_before:.2f}", file=sys.stderr)
         # 200 sentences: the first local session writes the JVM's class archive.
@@ -196,16 +223,18 @@ def report(n, rounds, warm, loads):
         pids = {x["pid"] for x in t}
         slots = int(master.strip("local[]"))
         first = {}
-        for x in t:  # each worker's first task: its age is the worker's fork and imports
+        for x in t:  # each worker's first task: its age (fork, imports, a warm-up's load)
             first[x["pid"]] = min(first.get(x["pid"], x["age"]), x["age"])
         cli = res["cli" + str(slots)]["wall"]
         rest = r["wall"] - r["start"] - r["session"] - r["ids"] - r["job"]
         print(f"- {master}: wall {r['wall']:.1f} s = Python start and imports {r['start']:.2f} s"
               f" + session (JVM) start {r['session']:.1f} s + ids {r['ids']:.2f} s + job "
               f"{r['job']:.1f} s + exit {rest:.1f} s. The job: {len(t)} tasks in {len(pids)} "
-              f"worker processes (worker start and imports "
-              f"{statistics.mean(first.values()):.2f} s, model loads {len(load)} x "
-              f"{statistics.mean(load) if load else 0:.2f} s, encoder threads "
+              f"worker processes (worker's age at its first task "
+              f"{statistics.mean(first.values()):.2f} s, model loads in the job {len(load)} x "
+              f"{statistics.mean(load) if load else 0:.2f} s; 0 when the command's warm-up "
+              f"job started the worker and loaded the model during the session's start; "
+              f"encoder threads "
               f"{sorted({x['threads'] for x in t})}, OS threads per worker "
               f"{sorted({x['os_threads'] for x in t})}, pandas imported in "
               f"{sum(x['pandas'] for x in t)}); encoder busy {enc:.1f} core-s in total = "
