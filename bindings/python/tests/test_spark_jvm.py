@@ -94,6 +94,9 @@ def test_the_first_session_archives_quietly_and_the_next_maps_it(cache):
         # The JVM's notes on the archive (hundreds of lines) are not printed.
         assert "[cds" not in p.stdout + p.stderr and p.stdout == "", p.stdout[-2000:]
     assert "-XX:ArchiveClassesAtExit=" in runs[0].stderr
+    # The wait for the archive is said (once), not silent.
+    saving = "saving the JVM's class archive"
+    assert saving in runs[0].stderr and saving not in runs[1].stderr
     archives = sorted(os.listdir(cache))
     assert len(archives) == 1 and archives[0].endswith(".jsa"), archives
     assert f"-XX:SharedArchiveFile={cache / archives[0]}" in runs[1].stderr

@@ -200,6 +200,11 @@ def finish(spark):
     spark.stop()
     if proc is None or proc.stdin is None:
         return
+    import sys
+
+    folder, name = _PENDING[0]
+    print(f"bertflow.spark: saving the JVM's class archive for faster starts (once, 15-30 s; "
+          f"{os.path.join(folder, name)}; {ENV}=0 skips it)", file=sys.stderr, flush=True)
     try:
         proc.stdin.close()  # the gateway JVM exits at the end of its stdin
         proc.wait(timeout=180)
@@ -207,7 +212,7 @@ def finish(spark):
         return
     SparkContext._gateway = None
     SparkContext._jvm = None
-    folder, name = _PENDING.pop()
+    _PENDING.clear()
     try:
         _adopt(folder, name, finished=os.getpid())
     except OSError:
