@@ -116,3 +116,45 @@ def test_the_warm_up_task_reads_its_input_and_leaves_failures_to_the_job():
     assert list(_worker.warm(rows, key)) == []
     assert next(rows, "done") == "done"
     assert not any(k[0] == "/no/such/model" for k in _worker._ENCODERS)
+
+
+NO_PANDAS_TASK = """
+import os, sys
+import pyarrow as pa
+from bertflow.spark import _direct, _worker
+schema = pa.schema([("text", pa.string())])
+batch = _worker.one_row_batch(schema, ["A man is playing a guitar."])
+cfg = {"text_col": "text", "output_col": "embedding", "model": sys.argv[1], "pooling": None,
+       "max_len": None, "batch_size": None, "empty": "error", "threads": 1,
+       "calibrator": None, "allow_mismatch": False, "fail_once": None, "log_stats": None}
+wcfg = {"job": "0" * 32, "staging": sys.argv[2], "vector_cols": ["embedding"],
+        "schema": None}
+out = list(_direct.write_batches(iter([batch]), "encode_batches", cfg, wcfg))
+assert "pandas" not in sys.modules, "the task imported pandas"
+row = out[0].to_pylist()[0]
+assert row["part"] == 0 and row["rows"] == 1 and row["name"].startswith("part-00000-"), row
+print(os.path.getsize(os.path.join(sys.argv[2], row["file"])))
+"""
+
+
+def test_a_direct_encode_task_imports_no_pandas(tmp_path):
+    """pyarrow's ``pa.array`` and ``from_pylist`` import pandas (0.3 s at the
+    end of a worker's first task); the encode-and-write task builds its
+    arrays from buffers instead, up to the row it returns to the driver."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, BERTFLOW_SKLEARN="0")
+    p = subprocess.run([sys.executable, "-c", NO_PANDAS_TASK, str(MODEL), str(tmp_path)],
+                       env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert int(p.stdout.split()[-1]) > 384 * 4  # the part file holds the vector
+
+
+def test_boolean_masks_from_bits():
+    from bertflow.spark import _worker
+
+    for n in (0, 1, 7, 8, 9, 65):
+        mask = [(i * 7) % 3 == 0 for i in range(n)]
+        assert _worker.bool_array(mask).to_pylist() == mask

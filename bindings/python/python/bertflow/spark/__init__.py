@@ -423,6 +423,21 @@ def _transform_plan(df, col, calibrator, output_col):
     return cfg, _with_field(df.schema, cfg["output_col"], dtype)
 
 
+def _import_aside(module):
+    """Imports ``module`` in a thread. For ``pyspark.testing.utils``: PySpark's
+    first py4j call with arguments imports it (``pyspark.sql.types``' numpy
+    converter asks it ``have_numpy``), and it imports pandas, 0.3 s of a
+    local session's start; the JVM's start leaves the driver idle meanwhile.
+    (A second importer waits for the first: Python's import lock.)"""
+    import importlib
+    import sys
+    import threading
+
+    if module not in sys.modules:
+        threading.Thread(target=importlib.import_module, args=(module,), daemon=True,
+                         name=f"bertflow-import-{module}").start()
+
+
 def local_session(master="local[2]", app_name="bertflow", conf=None, connect=False,
                   on_context=None):
     """A local SparkSession set up for bertflow: workers run this interpreter
@@ -479,6 +494,8 @@ def local_session(master="local[2]", app_name="bertflow", conf=None, connect=Fal
         # SQL's Python runners add it to the worker's environment, RDD's do not;
         # a different environment is a different daemon and pool of workers.
         settings.setdefault("spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK", "1")
+    if not connect and fresh:
+        _import_aside("pyspark.testing.utils")
     if on_context is not None and not connect and fresh:
         from pyspark import SparkConf, SparkContext
 

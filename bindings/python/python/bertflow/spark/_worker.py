@@ -136,6 +136,36 @@ def valid_rows(col):
     return bits[col.offset:col.offset + n].astype(bool)
 
 
+def bool_array(mask):
+    """An Arrow boolean array of ``mask``, built from its bits (see
+    :func:`valid_rows`: ``pa.array`` imports pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    mask = np.asarray(mask, dtype=bool)
+    bits = pa.py_buffer(np.packbits(mask, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, bits])
+
+
+def one_row_batch(schema, values):
+    """A one-row Arrow record batch of ``values`` (int, or str) under
+    ``schema`` (integer and string fields), built from buffers (see
+    :func:`valid_rows`: ``pa.array`` and ``from_pylist`` import pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    cols = []
+    for field, v in zip(schema, values):
+        if pa.types.is_string(field.type):
+            data = v.encode("utf-8")
+            offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int32))
+            cols.append(pa.Array.from_buffers(field.type, 1, [None, offsets, pa.py_buffer(data)]))
+        else:
+            value = np.array([v], dtype=field.type.to_pandas_dtype())
+            cols.append(pa.Array.from_buffers(field.type, 1, [None, pa.py_buffer(value)]))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
 def vectors_array(X, present, n):
     """An Arrow ``list<float>`` array of ``n`` rows: the rows of float32 ``X``
     where ``present`` is true, null elsewhere. Built from buffers, without a
@@ -218,7 +248,7 @@ def encode_batches(batches, cfg):
             lambda i, b=batch: f"bertflow.spark: column {name!r} at row "
             f"{_describe_row(b, i, name)}"), dtype=bool)
         if not keep.all():
-            batch = batch.filter(pa.array(keep))
+            batch = batch.filter(bool_array(keep))
             col = batch.column(name)
             texts = [t for t, k in zip(texts, keep) if k]
         present = valid_rows(col)
