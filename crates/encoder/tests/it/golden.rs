@@ -64,11 +64,7 @@ fn check_against_golden(model: &str, max_len: usize, threads: usize, batch_size:
                 "{name} of {:?} (max_len {max_len}): cosine {c}",
                 texts[i]
             );
-            let max_abs = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (*a as f64 - b).abs())
-                .fold(0.0, f64::max);
+            let max_abs = max_abs_diff(&got, &want);
             assert!(
                 max_abs < 1e-3,
                 "{name} of {:?}: max abs diff {max_abs}",

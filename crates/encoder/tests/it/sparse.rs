@@ -7,6 +7,7 @@
 //! checkpoint's dense, sparse and ColBERT outputs from one pass within 1e-5 of
 //! a NumPy reference of the published formulas; per-token vectors without a
 //! projection; ColBERT's query padding; the errors.
+use crate::common::max_abs_diff;
 use crate::common::tiny::{dir, golden};
 use bertflow_encoder::head::{Outputs, RetrievalOptions};
 use bertflow_encoder::{EncodeOptions, Precision, RetrievalEncoder, SparseVector};
@@ -71,14 +72,6 @@ fn run() -> EncodeOptions {
         batch_size: 4,
         threads: 2,
     }
-}
-
-fn max_diff(a: &[f32], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(&x, y)| (x as f64 - y).abs())
-        .fold(0.0, f64::max)
 }
 
 #[test]
@@ -155,7 +148,7 @@ fn bge_m3_gives_dense_sparse_and_colbert_from_one_pass() {
     let dim = g["vocab_size"].as_u64().unwrap() as usize;
     for (i, c) in g["cases"].as_array().unwrap().iter().enumerate() {
         let dense = out.dense.as_ref().unwrap().row(i).to_vec();
-        assert!(max_diff(&dense, &f64s(&c["dense"])) < 1e-5, "case {i}");
+        assert!(max_abs_diff(&dense, &f64s(&c["dense"])) < 1e-5, "case {i}");
         let sp = &out.sparse.as_ref().unwrap()[i];
         let want = sparse(&c["sparse"]);
         assert_eq!(sp.indices, want.indices, "case {i}");
@@ -165,7 +158,7 @@ fn bge_m3_gives_dense_sparse_and_colbert_from_one_pass() {
         assert_eq!(m.nrows(), want.len(), "case {i}");
         assert_eq!(m.nrows() + 1, out.tokens[i]);
         for (r, w) in m.rows().into_iter().zip(&want) {
-            assert!(max_diff(&r.to_vec(), w) < 1e-5, "case {i}");
+            assert!(max_abs_diff(&r.to_vec(), w) < 1e-5, "case {i}");
         }
     }
     // The query padded with <mask> to 12 tokens, every position attended.
@@ -180,7 +173,7 @@ fn bge_m3_gives_dense_sparse_and_colbert_from_one_pass() {
     let want: Vec<Vec<f64>> = q["colbert"].as_array().unwrap().iter().map(f64s).collect();
     assert_eq!(m.nrows(), want.len());
     for (r, w) in m.rows().into_iter().zip(&want) {
-        assert!(max_diff(&r.to_vec(), w) < 1e-5);
+        assert!(max_abs_diff(&r.to_vec(), w) < 1e-5);
     }
 }
 
@@ -209,11 +202,11 @@ fn a_model_without_heads_gives_normalised_token_vectors_and_no_sparse() {
         let m = &out.multi.as_ref().unwrap()[i];
         assert_eq!(m.nrows(), want.len());
         for (r, w) in m.rows().into_iter().zip(&want) {
-            assert!(max_diff(&r.to_vec(), w) < 1e-5, "case {i}");
+            assert!(max_abs_diff(&r.to_vec(), w) < 1e-5, "case {i}");
         }
         let s = &skipped.multi.as_ref().unwrap()[i];
         assert_eq!(s.nrows() + 1, want.len());
-        assert!(max_diff(&s.row(0).to_vec(), &want[1]) < 1e-5);
+        assert!(max_abs_diff(&s.row(0).to_vec(), &want[1]) < 1e-5);
     }
     let e = rx
         .encode(&texts, &opts("sparse"), &run())

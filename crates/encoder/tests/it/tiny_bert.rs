@@ -1,6 +1,7 @@
 //! A tiny random BERT in the old layout (pytorch_model.bin, `bert.` prefix,
 //! LayerNorm gamma/beta, vocab.txt only) against PyTorch's vectors
 //! (scripts/reference/make_tiny_bert.py).
+use crate::common;
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling};
 
 #[test]
@@ -45,11 +46,7 @@ fn pytorch_bin_with_prefix_and_gamma_beta_matches_pytorch() {
                 .map(|v| v.as_f64().unwrap())
                 .collect();
             let got = out.embeddings[p].row(i);
-            let max_abs = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (*a as f64 - b).abs())
-                .fold(0.0, f64::max);
+            let max_abs = common::max_abs_diff(&got.to_vec(), &want);
             assert!(
                 max_abs < 1e-5,
                 "{name} of {:?}: max abs diff {max_abs}",

@@ -14,7 +14,7 @@ use crate::common;
 use crate::common::tiny::{dir, floats, golden};
 use bertflow_encoder::engine::Workspace;
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
-use common::cosine;
+use common::{cosine, max_abs_diff};
 use serde_json::Value;
 
 const FAMILIES: [&str; 4] = ["qwen3", "qwen2", "gemma3", "eurobert"];
@@ -30,14 +30,6 @@ const POOLINGS: [(&str, &str); 6] = [
 
 fn ids(case: &Value) -> Vec<u32> {
     floats(&case["ids"]).iter().map(|&x| x as u32).collect()
-}
-
-fn max_abs(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (*a as f64 - b).abs())
-        .fold(0.0, f64::max)
 }
 
 fn texts(g: &Value) -> Vec<String> {
@@ -110,7 +102,7 @@ fn every_hidden_state_matches_transformers_in_a_padded_batch() {
             for (l, tokens) in case["hidden_states"].as_array().unwrap().iter().enumerate() {
                 for (i, want) in tokens.as_array().unwrap().iter().enumerate() {
                     let at = (r * t + i) * h;
-                    let d = max_abs(&states[l][at..at + h], &floats(want));
+                    let d = max_abs_diff(&states[l][at..at + h], &floats(want));
                     assert!(
                         d < 1e-5,
                         "{name} case {r} state {l} token {i}: max abs diff {d:e}"
@@ -132,7 +124,7 @@ fn poolings_match_transformers_padded_and_alone_whatever_the_padding_side() {
             let got = encode(&enc, &g, batch_size);
             for (p, (gname, _)) in POOLINGS.iter().enumerate() {
                 for (i, want) in g["poolings"][gname].as_array().unwrap().iter().enumerate() {
-                    let d = max_abs(&got[p][i], &floats(want));
+                    let d = max_abs_diff(&got[p][i], &floats(want));
                     assert!(
                         d < 1e-5,
                         "{name} {gname} case {i} (batch {batch_size}): max abs diff {d:e}"
@@ -211,7 +203,7 @@ fn st_golden(name: &str, dim: usize) {
             .unwrap();
         for (i, want) in g["vectors"].as_array().unwrap().iter().enumerate() {
             let row: Vec<f32> = out.embeddings[0].row(i).iter().copied().collect();
-            let diff = max_abs(&row, &floats(want));
+            let diff = max_abs_diff(&row, &floats(want));
             assert!(diff < 1e-5, "{name} text {i}: max abs diff {diff:e}");
         }
     }

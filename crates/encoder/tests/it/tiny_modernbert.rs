@@ -2,6 +2,7 @@
 //! byte-level BPE tokenizer; a sentence past the 64 positions) against
 //! transformers' hidden states and poolings in one padded batch
 //! (scripts/reference/make_tiny_modernbert.py).
+use crate::common::max_abs_diff;
 use bertflow_encoder::engine::Workspace;
 use bertflow_encoder::{EncodeOptions, Encoder, Pooling, Precision};
 
@@ -25,14 +26,6 @@ fn floats(v: &serde_json::Value) -> Vec<f64> {
 
 fn ids(case: &serde_json::Value) -> Vec<u32> {
     floats(&case["ids"]).iter().map(|&x| x as u32).collect()
-}
-
-fn max_abs(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (*a as f64 - b).abs())
-        .fold(0.0, f64::max)
 }
 
 fn texts(golden: &serde_json::Value) -> Vec<String> {
@@ -110,7 +103,7 @@ fn every_hidden_state_matches_transformers_in_a_padded_batch() {
         for (l, tokens) in layers.as_array().unwrap().iter().enumerate() {
             for (i, want) in tokens.as_array().unwrap().iter().enumerate() {
                 let at = (r * t + i) * h;
-                let d = max_abs(&states[l][at..at + h], &floats(want));
+                let d = max_abs_diff(&states[l][at..at + h], &floats(want));
                 assert!(d < 1e-5, "case {r} state {l} token {i}: max abs diff {d}");
                 checked += 1;
             }
@@ -129,7 +122,7 @@ fn poolings_match_transformers_fp32_padded_or_not() {
         for (p, name) in POOLINGS.iter().enumerate() {
             let cases = golden["poolings"][name].as_array().unwrap();
             for (r, want) in cases.iter().enumerate() {
-                let d = max_abs(&got[p][r], &floats(want));
+                let d = max_abs_diff(&got[p][r], &floats(want));
                 assert!(
                     d < 1e-5,
                     "{name} of case {r} (batches of {batch_size}): {d}"
@@ -157,7 +150,7 @@ fn int8_poolings_are_close_to_transformers() {
             let na = g.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
             let nb = want.iter().map(|b| b * b).sum::<f64>().sqrt();
             let cos = dot / (na * nb);
-            let d = max_abs(g, want);
+            let d = max_abs_diff(g, want);
             if *name == "emb-avg" {
                 // the embeddings are not quantised
                 assert!(d < 1e-5, "{name} of case {r}: {d}");
@@ -204,7 +197,7 @@ fn weights_under_the_model_prefix_load_the_same() {
         .iter()
         .enumerate()
     {
-        let d = max_abs(&got[0][r], &floats(want));
+        let d = max_abs_diff(&got[0][r], &floats(want));
         assert!(d < 1e-5, "cls of case {r}: max abs diff {d}");
     }
     // without the final norm's weights the checkpoint is refused, not guessed

@@ -28,6 +28,15 @@ pub fn golden() -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// The largest absolute difference between `got` and `want` (same length).
+pub fn max_abs_diff(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(&a, b)| (a as f64 - b).abs())
+        .fold(0.0, f64::max)
+}
+
 pub fn cosine(a: &[f32], b: &[f64]) -> f64 {
     let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
     for (&x, &y) in a.iter().zip(b) {

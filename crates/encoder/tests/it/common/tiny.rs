@@ -72,12 +72,7 @@ pub fn assert_matches(name: &str, enc: &Encoder, g: &Value) {
             let pname = pname.as_str().unwrap();
             for (i, c) in cases.iter().enumerate() {
                 let want = floats(&c[pname]);
-                assert_eq!(got[p][i].len(), want.len());
-                let diff = got[p][i]
-                    .iter()
-                    .zip(&want)
-                    .map(|(a, b)| (*a as f64 - b).abs())
-                    .fold(0.0, f64::max);
+                let diff = super::max_abs_diff(&got[p][i], &want);
                 assert!(
                     diff < 1e-5,
                     "{name} {pname} (padded {padded}) of {:?}: max abs diff {diff:e}",
