@@ -78,8 +78,10 @@ def _check_column(df, col, types, what):
 
 
 def _task_cpus(spark):
+    """``spark.task.cpus`` of a SparkSession or a SparkContext (at least 1)."""
+    conf = spark.getConf() if hasattr(spark, "getConf") else spark.conf
     try:
-        n = int(spark.conf.get("spark.task.cpus", "1"))
+        n = int(conf.get("spark.task.cpus", "1"))
     except Exception:  # pragma: no cover - a session without the setting
         n = 1
     return max(n, 1)

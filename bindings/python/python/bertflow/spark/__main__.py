@@ -142,10 +142,8 @@ def local_parquet_schema(path):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         if os.path.isdir(local):
-            parts = sorted(f for f in os.listdir(local)
-                           if f.endswith(".parquet") and not f.startswith(("_", ".")))
-            if not parts or len(parts) != sum(
-                    not f.startswith(("_", ".")) for f in os.listdir(local)):
+            parts = _direct.data_files(local)
+            if not parts or not all(f.endswith(".parquet") for f in parts):
                 return None  # partition folders (key=value) or other files: Spark decides
             local = os.path.join(local, parts[0])
         return _nullable(from_arrow_schema(pq.read_schema(local)))
@@ -240,7 +238,7 @@ def one_small_file(path):
         return False
     try:
         if os.path.isdir(local):
-            data = [f for f in os.listdir(local) if not f.startswith(("_", "."))]
+            data = _direct.data_files(local)
             if len(data) != 1:
                 return False
             local = os.path.join(local, data[0])
@@ -256,7 +254,7 @@ def warm_up(a, calibrator, started):
     :func:`plan_partitions`) and appends the thread to ``started``."""
     if a.ship_model:
         return None  # the model reaches the executors only after the session starts
-    from bertflow.spark import _resolve_model, warm_worker
+    from bertflow.spark import _resolve_model, _task_cpus, warm_worker
 
     def start(sc):
         cores = local_cores(sc.master)
@@ -269,7 +267,7 @@ def warm_up(a, calibrator, started):
             return  # the job reports it
         started.append(warm_worker(
             sc, model, pooling=a.pooling, max_len=a.max_len,
-            threads=threads or int(sc.getConf().get("spark.task.cpus", "1")),
+            threads=threads or _task_cpus(sc),
             calibrator=calibrator.to_bytes() if a.calibrator else None,
             allow_mismatch=a.allow_mismatch))
 
@@ -335,11 +333,11 @@ def main(argv=None):
     if a.id_col not in df.columns:
         df = add_ids(df, a.id_col, have)
     t_ids = time.perf_counter() - t
-    parts, threads = plan_partitions(a.partitions, local_cores(spark.conf.get("spark.master", "")),
-                                     have)
+    master = spark.conf.get("spark.master", "")
+    parts, threads = plan_partitions(a.partitions, local_cores(master), have)
     if parts:
         df = df.repartition(parts)
-    direct = _direct.choose(a.writer, spark.conf.get("spark.master", ""), a.output)
+    direct = _direct.choose(a.writer, master, a.output)
     # A calibrator file runs inside the encoder's pipeline on the executors,
     # checked there against the model, pooling and weighting (core's rules).
     enc_args = dict(model=model, pooling=a.pooling, output_col="embedding",
@@ -412,8 +410,7 @@ def output_rows(spark, path):
     if os.path.isdir(path):
         import pyarrow.parquet as pq
 
-        parts = sorted(f for f in os.listdir(path)
-                       if f.endswith(".parquet") and not f.startswith(("_", ".")))
+        parts = [f for f in _direct.data_files(path) if f.endswith(".parquet")]
         return sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows for f in parts)
     return spark.read.parquet(path).count()
 

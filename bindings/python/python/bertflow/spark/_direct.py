@@ -40,6 +40,12 @@ def local_path(path):
     return path
 
 
+def data_files(folder):
+    """The data files of a Parquet or text folder, sorted: every name but
+    the hidden ones (``_SUCCESS``, ``.crc`` files, staging)."""
+    return sorted(f for f in os.listdir(folder) if not f.startswith(("_", ".")))
+
+
 def choose(writer, master, output):
     """Whether the command writes directly: ``direct`` (the output must be a
     local path), ``spark``, or ``auto``: direct for a local master and a local
@@ -93,10 +99,8 @@ def write_batches(batches, inner, cfg, wcfg):
     if writer is not None:
         # From buffers: pyarrow's from_pylist imports pandas (0.3 s at the end of
         # a worker's first task).
-        yield _worker.one_row_batch(
-            pa.schema([("part", pa.int32()), ("file", pa.string()), ("name", pa.string()),
-                       ("rows", pa.int64())]),
-            [part, os.path.basename(tmp), name, rows])
+        yield _worker.one_row_batch(_written_schema(),
+                                    [part, os.path.basename(tmp), name, rows])
 
 
 def _parquet_writer(pq, f, schema, vector_cols):
@@ -116,12 +120,12 @@ def _fsync_dir(path):
 
 
 def _written_schema():
-    from pyspark.sql import types as T  # a StructType, not DDL: parsing DDL is a JVM call
+    """The row each task returns to the driver (Arrow; Spark's type of it
+    comes from this, not from DDL, whose parsing is a JVM call)."""
+    import pyarrow as pa
 
-    return T.StructType([T.StructField("part", T.IntegerType()),
-                         T.StructField("file", T.StringType()),
-                         T.StructField("name", T.StringType()),
-                         T.StructField("rows", T.LongType())])
+    return pa.schema([("part", pa.int32()), ("file", pa.string()), ("name", pa.string()),
+                      ("rows", pa.int64())])
 
 
 def write(df, inner, cfg, spark_schema, output, *, overwrite=False, vector_cols=("embedding",)):
@@ -130,7 +134,7 @@ def write(df, inner, cfg, spark_schema, output, *, overwrite=False, vector_cols=
     written. ``spark_schema`` is the DataFrame schema ``inner`` yields."""
     import shutil
 
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     from . import _in_worker
 
@@ -146,7 +150,7 @@ def write(df, inner, cfg, spark_schema, output, *, overwrite=False, vector_cols=
             "schema": to_arrow_schema(spark_schema).serialize().to_pybytes()}
     try:
         written = df.mapInArrow(_in_worker("write_batches", inner, cfg, wcfg, module="_direct"),
-                                _written_schema()).collect()
+                                from_arrow_schema(_written_schema())).collect()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
