@@ -62,7 +62,7 @@ pub fn repair(path: &Path, identity: Option<&Identity>) -> Result<Repaired, Inde
         .write(true)
         .open(path)
         .map_err(io(path))?;
-    file.try_lock().map_err(|_| {
+    crate::writer::lock_briefly(&file).map_err(|_| {
         IndexError::Io(format!(
             "{}: another process is writing this index",
             path.display()

@@ -466,7 +466,7 @@ impl IndexWriter {
 /// released can still be held for an instant by a process forked (by another
 /// thread) while it was taken, until that process's `exec` closes the
 /// descriptor; a real writer holds it far longer.
-fn lock_briefly(file: &File) -> Result<(), std::fs::TryLockError> {
+pub(crate) fn lock_briefly(file: &File) -> Result<(), std::fs::TryLockError> {
     for _ in 0..50 {
         match file.try_lock() {
             Err(std::fs::TryLockError::WouldBlock) => {

@@ -163,6 +163,34 @@ fn a_torn_append_is_ignored_and_repaired() {
     );
 }
 
+/// A lock that goes an instant later (held by a process forked by another
+/// thread while a writer had the file open, until its `exec`) is waited for;
+/// a live writer's lock is refused.
+#[test]
+fn repair_waits_out_a_lock_held_for_an_instant_and_refuses_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.idx");
+    build(&path, D, &[(20, 3)]);
+    let held = std::fs::File::open(&path).unwrap();
+    held.lock().unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(held);
+    });
+    assert_eq!(
+        repair(&path, None).unwrap(),
+        Repaired::Clean { sentences: 20 }
+    );
+    release.join().unwrap();
+    let writer = IndexWriter::append(&path, &identity(D)).unwrap();
+    let err = repair(&path, None).unwrap_err();
+    assert!(
+        err.to_string().contains("another process is writing"),
+        "{err}"
+    );
+    drop(writer);
+}
+
 #[test]
 fn a_footerless_file_from_an_old_append_is_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
