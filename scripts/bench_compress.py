@@ -94,6 +94,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--pq-only", action="store_true", help="only fp32 and the product-quantizer rows")
+    ap.add_argument("--bits-only", action="store_true",
+                    help="only fp32 and the bit rows (sentence-transformers' row only where it is installed)")
     ap.add_argument("--pq-bytes", default=",".join(map(str, PQ_BYTES)),
                     help="bytes per vector of the product-quantizer rows (comma-separated)")
     ap.add_argument("--table", nargs="+", metavar="JSON",
@@ -105,7 +107,12 @@ def main():
         return
     ref_path(a.ref_venv)
     import faiss
-    from sentence_transformers.quantization import quantize_embeddings
+    try:
+        from sentence_transformers.quantization import quantize_embeddings
+    except ImportError:
+        if not a.bits_only:
+            raise
+        quantize_embeddings = None
 
     # One thread: faiss's OpenMP threads spin while they wait, which on a
     # shared machine makes k-means crawl; every method runs on one core.
@@ -147,7 +154,7 @@ def main():
 
     # --- float32, full width and cut ------------------------------------
     add(4 * d, f"fp32, {d} dims", "-", X, 0.0, None)
-    for k in () if a.pq_only else (128, 64):
+    for k in () if a.pq_only or a.bits_only else (128, 64):
         add(4 * k, f"first {k} dims", "truncation", X[:, :k], 0.0, None)
         pca, fs = timed(lambda: bertflow.Pca(k=k).fit(X))
         Y, cs = timed(lambda: pca.transform(X))
@@ -159,10 +166,13 @@ def main():
         Y, cs = timed(lambda: f.apply(X))
         add(4 * k, f"PCAMatrix {k} (centred)", "faiss", Y, fs, cs)
 
-    if not a.pq_only:
-        others(X, d, add, faiss, quantize_embeddings)
+    if a.bits_only:
+        bits(X, d, add, faiss, quantize_embeddings)
+    elif not a.pq_only:
+        ints(X, d, add, faiss, quantize_embeddings)
+        bits(X, d, add, faiss, quantize_embeddings)
     # --- product quantizers: one byte per sub-vector -------------------
-    for m in (int(v) for v in a.pq_bytes.split(",")):
+    for m in () if a.bits_only else (int(v) for v in a.pq_bytes.split(",")):
         if d % m:
             continue
         c, fs = timed(lambda: bertflow.Pca().fit(X, quantize=f"pq:m={m}"))
@@ -207,8 +217,8 @@ def table(path):
     print()
 
 
-def others(X, d, add, faiss, quantize_embeddings):
-    """The int8, int8-after-rotation and bit rows."""
+def ints(X, d, add, faiss, quantize_embeddings):
+    """The int8 and int8-after-rotation rows."""
     # --- int8, one byte per dimension ------------------------------------
     q, fs = timed(lambda: bertflow.Quantizer("int8").fit(X))
     C, cs = timed(lambda: q.transform(X))
@@ -233,9 +243,12 @@ def others(X, d, add, faiss, quantize_embeddings):
     codes, cs = timed(lambda: pq.sa_encode(X))
     add(64, "PQ128x4 (reconstructed)", "faiss", pq.sa_decode(codes), fs, cs)
 
-    # --- bits ------------------------------------------------------------
-    C, cs = timed(lambda: quantize_embeddings(X, precision="ubinary"))
-    add(d // 8, "quantize_embeddings binary (signs)", "ST", pm1(C), 0.0, cs)
+
+def bits(X, d, add, faiss, quantize_embeddings):
+    """The bit rows: signs, ITQ (bertflow's and faiss's), at d and 128 bits."""
+    if quantize_embeddings is not None:
+        C, cs = timed(lambda: quantize_embeddings(X, precision="ubinary"))
+        add(d // 8, "quantize_embeddings binary (signs)", "ST", pm1(C), 0.0, cs)
     for spec in ("binary", "binary:itq=true"):
         c, fs = timed(lambda: bertflow.Pca().fit(X, quantize=spec))
         C, cs = timed(lambda: c.transform(X, quantize=True))
