@@ -7,6 +7,8 @@
 # requirements are installed again only when a file changes, the wheel only
 # when it changes. The build shares target/ with the workspace, so the
 # bertflow crates are not compiled twice. Needs cargo and python3 (>= 3.9) with venv and pip.
+# `--requirements`: only the venv and its requirements, no wheel (setup.sh and
+# test.sh run that part beside the Rust build: scripts/python-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -23,6 +25,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${reqs[@]/#/-r}"
   echo "$want" >"$stamp"
 fi
+if [ "${1:-}" = --requirements ]; then exit 0; fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 out="$CARGO_TARGET_DIR/wheels"
 rm -f "$out"/bertflow-*.whl

@@ -9,11 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh
+# The Python requirements install beside the Rust build (scripts/python-deps.sh).
+# shellcheck source=scripts/python-deps.sh
+. scripts/python-deps.sh
 # The binary, with features resolved over every default member (the Python
 # bindings included), so that the wheel below and scripts/test.sh reuse this
 # build: `-p bertflow` alone would resolve them differently and make the wheel
 # and the tests compile most crates again (docs/development.md#build-time).
 cargo build --release --locked --bins
+python_deps_wait
 scripts/python-env.sh
 # Java 17 for bertflow.spark (installed with apt-get when missing).
 scripts/ensure-java.sh || echo "setup: continuing without Java 17; only bertflow.spark needs it" >&2

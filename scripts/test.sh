@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 # has its own tests, which set BERTFLOW_TUNE themselves.
 export BERTFLOW_TUNE="${BERTFLOW_TUNE:-0}"
 scripts/fetch_model.sh
+# The Python requirements install beside the Rust build (scripts/python-deps.sh).
+# shellcheck source=scripts/python-deps.sh
+. scripts/python-deps.sh
 # The lock file must be current before the long build starts.
 cargo metadata --locked --format-version 1 >/dev/null
 # The default members: every crate (the Python bindings have no Rust test target;
@@ -22,6 +25,7 @@ cargo test --release --locked "$@"
 # `-p bertflow` (which would resolve features differently and compile most
 # crates again) nor `--all-targets` (benches, and the bindings outside maturin).
 cargo build --release --locked --bins
+python_deps_wait
 scripts/python-env.sh
 scripts/ensure-java.sh  # the bertflow.spark tests run a local Spark session
 set +e
