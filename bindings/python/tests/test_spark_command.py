@@ -32,6 +32,8 @@ def test_command_on_parquet_equals_the_cli(stsb_test, stsb_cli, run_cli, cli_cac
         cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"wrote {len(stsb_test['sentences'])} rows" in p.stderr
+    # Spark's console progress bar is for a terminal, not a captured stderr.
+    assert "[Stage " not in p.stderr, p.stderr[-3000:]
     # One input file on local[2]: one encode task with 2 encoder threads (no shuffle),
     # in the Python worker that the warm-up job started and loaded the model into
     # while Spark SQL started (bertflow.spark.warm_worker): no load in the task.

@@ -444,7 +444,8 @@ def local_session(master="local[2]", app_name="bertflow", conf=None, connect=Fal
                   on_context=None):
     """A local SparkSession set up for bertflow: workers run this interpreter
     (``PYSPARK_PYTHON``), Spark binds to 127.0.0.1 (``SPARK_LOCAL_IP``), the
-    UI is off and shuffles use few partitions. Environment variables already
+    UI is off, shuffles use few partitions and, when stderr is not a
+    terminal, Spark draws no progress bar. Environment variables already
     set are kept; they take effect only when no session is running yet.
 
     With ``connect=True`` the session is a Spark Connect client of a local
@@ -484,6 +485,10 @@ def local_session(master="local[2]", app_name="bertflow", conf=None, connect=Fal
     settings = {"spark.sql.shuffle.partitions": "8"}
     if not connect:
         settings["spark.ui.enabled"] = "false"
+        if not getattr(sys.stderr, "isatty", lambda: False)():
+            # Spark's progress bar ("[Stage 0:>  (0 + 1) / 1]", redrawn with
+            # carriage returns) is for a terminal; in a log it is noise.
+            settings["spark.ui.showConsoleProgress"] = "false"
     settings.update(conf or {})
     fresh = SparkSession.getActiveSession() is None
     if (not connect and master.startswith("local") and "spark.driver.extraJavaOptions" not in
