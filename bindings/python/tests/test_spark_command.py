@@ -34,6 +34,8 @@ def test_command_on_parquet_equals_the_cli(stsb_test, stsb_cli, run_cli, cli_cac
     assert f"wrote {len(stsb_test['sentences'])} rows" in p.stderr
     # Spark's console progress bar is for a terminal, not a captured stderr.
     assert "[Stage " not in p.stderr, p.stderr[-3000:]
+    # Nor Spark's notes on its default logging (bertflow's log4j2.properties).
+    assert "log4j" not in p.stderr, p.stderr[-3000:]
     # One input file on local[2]: one encode task with 2 encoder threads (no shuffle),
     # in the Python worker that the warm-up job started and loaded the model into
     # while Spark SQL started (bertflow.spark.warm_worker): no load in the task.

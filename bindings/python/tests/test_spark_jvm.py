@@ -93,6 +93,11 @@ def test_the_first_session_archives_quietly_and_the_next_maps_it(cache):
         assert p.returncode == 0, p.stderr[-3000:]
         # The JVM's notes on the archive (hundreds of lines) are not printed.
         assert "[cds" not in p.stdout + p.stderr and p.stdout == "", p.stdout[-2000:]
+        # Nor Spark's start-up notes on its default logging, nor Hadoop's on
+        # native libraries (bertflow's log4j2.properties).
+        for note in ("log4j profile", "default log level", "NativeCodeLoader"):
+            assert note not in p.stderr, p.stderr[-3000:]
+        assert f"-Dlog4j2.configurationFile={_jvm.LOG_CONFIG}" in p.stderr
     assert "-XX:ArchiveClassesAtExit=" in runs[0].stderr
     # The wait for the archive is said (once), not silent.
     saving = "saving the JVM's class archive"
@@ -100,3 +105,18 @@ def test_the_first_session_archives_quietly_and_the_next_maps_it(cache):
     archives = sorted(os.listdir(cache))
     assert len(archives) == 1 and archives[0].endswith(".jsa"), archives
     assert f"-XX:SharedArchiveFile={cache / archives[0]}" in runs[1].stderr
+
+
+def test_the_log_configuration_yields_to_the_users(cache, tmp_path, monkeypatch):
+    """bertflow's log4j2.properties is named unless the class path has the
+    user's own log4j2 configuration (Spark's template does not count)."""
+    assert os.path.isfile(_jvm.LOG_CONFIG)
+    assert _jvm.log_options() == f" -Dlog4j2.configurationFile={_jvm.LOG_CONFIG}"
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    (conf / "log4j2.properties.template").write_text("rootLogger.level = info\n")
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert _jvm.log_options() != ""
+    (conf / "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert _jvm.log_options() == ""

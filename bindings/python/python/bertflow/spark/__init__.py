@@ -458,7 +458,10 @@ def local_session(master="local[2]", app_name="bertflow", conf=None, connect=Fal
     written by the first one, the client compiler and the serial collector
     (``bertflow.spark._jvm``; several times faster to start and to run its
     first job on 2 cores), unless ``conf`` sets
-    ``spark.driver.extraJavaOptions`` or ``BERTFLOW_SPARK_JVM_CACHE=0``.
+    ``spark.driver.extraJavaOptions`` or ``BERTFLOW_SPARK_JVM_CACHE=0``; it
+    logs warnings and errors without Spark's start-up notes
+    (``bertflow/spark/log4j2.properties``), unless that option is set or a
+    log4j2 configuration of your own is in ``$SPARK_CONF_DIR``.
 
     ``on_context``, for a classic session that starts here, is called with
     the SparkContext as soon as it runs, before Spark SQL starts (most of a
@@ -493,10 +496,11 @@ def local_session(master="local[2]", app_name="bertflow", conf=None, connect=Fal
     fresh = SparkSession.getActiveSession() is None
     if (not connect and master.startswith("local") and "spark.driver.extraJavaOptions" not in
             settings and fresh):
-        from ._jvm import driver_options
+        from ._jvm import driver_options, log_options
 
-        # The driver JVM is the only executor: start it fast (see _jvm).
-        settings["spark.driver.extraJavaOptions"] = driver_options()
+        # The driver JVM is the only executor: start it fast, and without
+        # Spark's start-up notes (see _jvm).
+        settings["spark.driver.extraJavaOptions"] = driver_options() + log_options()
     if not connect and str(settings.get(_SIMPLE_TB, "true")).lower() == "true":
         # SQL's Python runners add it to the worker's environment, RDD's do not;
         # a different environment is a different daemon and pool of workers.

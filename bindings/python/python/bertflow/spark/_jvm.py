@@ -28,6 +28,9 @@ files (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``; ``$HADOOP_CONF_DIR``,
 with one ("Cannot have non-empty directory in paths"), so such a session
 starts with the other options only.
 
+The session logs through ``log4j2.properties`` beside this module (see
+:func:`log_options`) unless the user's class path has a log4j2 configuration.
+
 None of this applies when ``spark.driver.extraJavaOptions`` is given (in
 ``conf`` or by spark-submit) or on a cluster; ``BERTFLOW_SPARK_JVM_CACHE=0``
 leaves out the archive only. The archives live in
@@ -102,6 +105,28 @@ def _archivable(dirs):
         except OSError:
             return False
     return True
+
+
+#: bertflow's logging configuration for a local session (next to this file).
+LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
+
+def log_options(home=None):
+    """`` -Dlog4j2.configurationFile=...`` naming :data:`LOG_CONFIG`
+    (warnings and errors, without Spark's three start-up notes and Hadoop's
+    native-library warning), or ``""`` where a folder on Spark's class path
+    holds a log4j2 configuration (the user's applies) or the path has a space
+    (the launcher splits the options at spaces)."""
+    for d in class_path_dirs(home):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        if any(n.startswith("log4j2") and not n.endswith(".template") for n in names):
+            return ""
+    if " " in LOG_CONFIG or not os.path.isfile(LOG_CONFIG):
+        return ""
+    return f" -Dlog4j2.configurationFile={LOG_CONFIG}"
 
 
 def _key(home, dirs):
